@@ -1,0 +1,77 @@
+"""Captures of what agents stored, taken when it happened so projections never
+read an agent store or a file (stream ``capture/<cell_id>/<attempt>``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from events.base import Event
+
+
+class MessageRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    time_created: int
+    # message.data verbatim (JSON text).
+    data: str
+
+
+class PartRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    message_id: str
+    # part.data verbatim (JSON text).
+    data: str
+
+
+class AgentSessionCaptured(Event, tag="capture.opencode-session", kw_only=True):
+    """One opencode session row with its messages and parts, read from the cell's store."""
+
+    attempt: int
+    # Why it was captured: the solo run's tree, or a supervisor worker cwd's session.
+    purpose: Literal["solo", "worker", "command"]
+    store_path: str
+    session_id: str
+    parent_id: str | None
+    directory: str
+    # Every column of the session row, verbatim.
+    row: dict[str, Any]
+    messages: list[MessageRow]
+    parts: list[PartRow]
+    # Parts/messages the reader could not read (a store integrity gap, kept visible).
+    unreadable: list[str] = []
+
+
+class AgentStoreUnavailable(Event, tag="capture.store-unavailable", kw_only=True):
+    """The store could not be read: a labeled gap, never zeros."""
+
+    attempt: int
+    store_path: str
+    error: str
+
+
+class WorkerCwdUnmatched(Event, tag="capture.worker-cwd-unmatched", kw_only=True):
+    """A worker cwd with no session row in the store (a join failure, recorded)."""
+
+    attempt: int
+    cwd: str
+
+
+class ProposerShotCaptured(Event, tag="capture.proposer-shot", kw_only=True):
+    path: str
+    author: str | None
+    generation: int
+    candidate_index: int
+    shot: int
+    # The receipt file verbatim (JSON text), or None with the error when unreadable.
+    content: str | None
+    error: str | None = None
+
+
+class ClaudeTranscriptCaptured(Event, tag="capture.claude-transcript", kw_only=True):
+    """A Claude Code transcript of a proposer worktree, verbatim."""
+
+    cwd: str
+    path: str
+    session_id: str
+    content: str

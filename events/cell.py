@@ -1,0 +1,197 @@
+"""Cell lifecycle events: the transitions of the cell state machine and the facts
+recorded beside them. Each lives on the cell's own stream (``cell/<cell_id>``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from events.base import Event
+from events.specs import CellSpec
+
+Classification = Literal["infrastructure", "agent", "operator"]
+
+
+class CellSubmitted(Event, tag="cell.submitted", kw_only=True):
+    spec: CellSpec
+    attempt: int = 1
+    spec_sha256: str = ""
+
+
+class CellMaterialized(Event, tag="cell.materialized", kw_only=True):
+    attempt: int
+    run_dir: str
+    workspace: str
+    head: str
+    clean: bool
+    materializer: str
+    detail: str = ""
+
+
+class RunStarted(Event, tag="run.started", kw_only=True):
+    attempt: int
+    argv: list[str]
+    cwd: str
+    pid: int
+    pgid: int
+    # /proc/<pid>/stat start time (clock ticks since boot): with pid it names the
+    # process unambiguously, so a restarted daemon never adopts a recycled pid.
+    process_start_ticks: int | None = None
+    started_at_ms: int
+    deadline_ms: int
+    timeout_s: float
+    kill_grace_s: float
+    # Where the run wrapper writes the child's exit status (survives the daemon).
+    exit_file: str | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+
+
+class RunAdopted(Event, tag="run.adopted", kw_only=True):
+    """A restarted daemon took over a run whose process outlived its predecessor."""
+
+    attempt: int
+    pid: int
+    daemon_pid: int
+
+
+class RunCompleted(Event, tag="run.completed", kw_only=True):
+    attempt: int
+    rc: int
+    wall_s: float
+
+
+class RunTimedOut(Event, tag="run.timed_out", kw_only=True):
+    attempt: int
+    rc: int = 124
+    wall_s: float
+
+
+class RunAborted(Event, tag="run.aborted", kw_only=True):
+    attempt: int
+    rc: int | None = 130
+    wall_s: float | None = None
+    reason: str
+
+
+class CellVerified(Event, tag="cell.verified", kw_only=True):
+    attempt: int
+    scored: bool
+    # Why the result does not count (timed out, aborted, non-zero exit, ...).
+    not_scored_reason: str | None = None
+    patch_path: str | None = None
+    patch_lines: int | None = None
+    patch_sha256: str | None = None
+    verify_rc: int | None = None
+    verify_pass: bool | None = None
+    verify_log: str | None = None
+
+
+class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """The seed's usage figures, summed over the opencode stream's token parts."""
+
+    steps: int
+    tokens_in: int
+    tokens_out: int
+    reasoning: int
+    cache_w: int
+    cache_r: int
+    max_ctx: int
+    oc_cost: float
+    total_io: int
+
+
+class SpendFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """Spend recovered for one attempt. ``None`` = unknown (a recorded gap), never 0."""
+
+    sessions: int | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_reasoning: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    cost_usd: float | None = None
+    # Supervisor arm (the seed's SupSpend).
+    worker_tok_journal: int | None = None
+    worker_cwds: list[str] | None = None
+    worker_sessions: int | None = None
+    worker_tok_sqlite: int | None = None
+    worker_tok_in: int | None = None
+    worker_tok_out: int | None = None
+    spent_tokens: int | None = None
+    spent_usd: float | None = None
+
+
+class CellRecovered(Event, tag="cell.recovered", kw_only=True):
+    attempt: int
+    store_path: str | None = None
+    store_available: bool
+    gap: str | None = None
+    spend: SpendFigures
+    usage: SoloUsage | None = None
+
+
+class CellFailed(Event, tag="cell.failed", kw_only=True):
+    VERSION = 2
+    v: int = 2
+    attempt: int
+    stage: str
+    error: str
+    classification: Classification
+    retryable: bool = False
+
+
+class CellRetried(Event, tag="cell.retried", kw_only=True):
+    """Opens attempt ``attempt``; earlier attempts' events and directories stay."""
+
+    attempt: int
+    reason: str
+    requested_by: Literal["operator", "policy", "resume"] = "operator"
+
+
+class ProvenanceRecorded(Event, tag="cell.provenance", kw_only=True):
+    attempt: int
+    repo: str
+    commit: str
+    env_knobs: dict[str, str] = {}
+
+
+class SupervisorOutcome(Event, tag="cell.supervisor-outcome", kw_only=True):
+    """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
+
+    attempt: int
+    sup_run_dir: str | None
+    status: str | None
+    verdict: str | None
+    delivered: bool | None
+    spent_tokens: int | None
+    spent_usd: float | None
+
+
+class AbortRequested(Event, tag="cell.abort-requested", kw_only=True):
+    reason: str = "operator request"
+
+
+class CellPaused(Event, tag="cell.paused", kw_only=True):
+    reason: str = "operator request"
+
+
+class CellResumed(Event, tag="cell.resumed", kw_only=True):
+    pass
+
+
+class HangDetected(Event, tag="cell.hang-detected", kw_only=True):
+    attempt: int
+    silent_s: float
+    action: Literal["none", "abort"] = "none"
+
+
+class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", kw_only=True):
+    attempt: int
+    judge: str
+    # The verdict document verbatim (JSON text) plus the fields the ledger reads.
+    verdict_json: str
+    resolved: bool | None
+    score: float | None
+    source: Literal["command", "operator"] = "operator"

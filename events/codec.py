@@ -1,0 +1,115 @@
+"""One encoder, one decoder, and the upcast chain.
+
+Stored rows are never rewritten. When an event's shape changes, its class's
+``VERSION`` goes up and an upcaster from the previous version is registered in
+``UPCASTERS``; a row written at version *n* is decoded by applying the upcasters
+n→n+1→…→current to its raw dict first. Adding a field with a default needs no
+upcaster; renaming or retyping one does. Tags are never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Union
+
+import msgspec
+
+from events import capture, cell, control, ingest
+from events.base import Event
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    cell.CellSubmitted,
+    cell.CellMaterialized,
+    cell.RunStarted,
+    cell.RunAdopted,
+    cell.RunCompleted,
+    cell.RunTimedOut,
+    cell.RunAborted,
+    cell.CellVerified,
+    cell.CellRecovered,
+    cell.CellFailed,
+    cell.CellRetried,
+    cell.ProvenanceRecorded,
+    cell.SupervisorOutcome,
+    cell.AbortRequested,
+    cell.CellPaused,
+    cell.CellResumed,
+    cell.HangDetected,
+    cell.JudgeVerdictRecorded,
+    ingest.LineIngested,
+    ingest.LineMalformed,
+    ingest.FileTruncated,
+    ingest.FileSnapshotted,
+    ingest.IngestionClosed,
+    capture.AgentSessionCaptured,
+    capture.AgentStoreUnavailable,
+    capture.WorkerCwdUnmatched,
+    capture.ProposerShotCaptured,
+    capture.ClaudeTranscriptCaptured,
+    control.CampaignSubmitted,
+    control.DaemonStarted,
+    control.DaemonStopped,
+    control.MaxParallelChanged,
+)
+
+AnyEvent = Union[EVENT_TYPES]  # type: ignore[valid-type]  # noqa: UP007
+
+_TAGS: dict[type[Event], str] = {t: str(t.__struct_config__.tag) for t in EVENT_TYPES}
+_BY_TAG: dict[str, type[Event]] = {tag: t for t, tag in _TAGS.items()}
+CURRENT_VERSION: dict[str, int] = {tag: t.VERSION for tag, t in _BY_TAG.items()}
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _cell_failed_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    # v1 carried a boolean ``infra``; v2 names the classification, which also
+    # admits "operator" (an abort before the run started).
+    out = {k: v for k, v in raw.items() if k != "infra"}
+    out["classification"] = "infrastructure" if raw.get("infra") else "agent"
+    return out
+
+
+# (tag, from_version) -> upcaster to from_version + 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("cell.failed", 1): _cell_failed_v1_to_v2,
+}
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(AnyEvent)
+_raw_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+
+
+class UnknownEventError(ValueError):
+    """A row whose tag this version of arenad does not know."""
+
+
+def event_tag(event: Event) -> str:
+    return _TAGS[type(event)]
+
+
+def event_version(event: Event) -> int:
+    return type(event).VERSION
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(payload: bytes | str, tag: str, schema_version: int) -> Event:
+    """Decode a stored payload, upcasting it first when it is older than current."""
+    current = CURRENT_VERSION.get(tag)
+    if current is None:
+        raise UnknownEventError(f"unknown event tag {tag!r}")
+    if schema_version == current:
+        event: Event = _decoder.decode(payload)
+        return event
+    if schema_version > current:
+        raise UnknownEventError(
+            f"event {tag!r} is at schema version {schema_version}, newer than this arenad"
+            f" ({current}); upgrade arenad to read this log"
+        )
+    raw = _raw_decoder.decode(payload)
+    for version in range(schema_version, current):
+        raw = UPCASTERS[(tag, version)](raw)
+    raw["v"] = current
+    return msgspec.convert(raw, _BY_TAG[tag])

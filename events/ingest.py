@@ -1,0 +1,65 @@
+"""Events of live file ingestion (stream ``ingest/<cell_id>/<attempt>``).
+
+Offsets live here, in the log: a restarted ingester folds these events to learn
+where each file resumes, so a restart neither re-ingests nor skips a line.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from events.base import Event
+
+Encoding = Literal["utf-8", "base64"]
+
+
+class LineIngested(Event, tag="ingest.line", kw_only=True):
+    # Which watched source: 'supervisor' (the run dir), 'brain', 'stdout' (solo arm).
+    source: str
+    # Path relative to the source root.
+    path: str
+    offset: int
+    length: int
+    # The raw line without its newline; base64 when it is not valid UTF-8.
+    raw: str
+    encoding: Encoding = "utf-8"
+    # The JSON object's "kind" (journal, workers) or "type" (opencode stream).
+    kind: str | None = None
+    # A trailing line ingested at run end without its newline.
+    partial: bool = False
+    observed_at_ms: int | None = None
+
+
+class LineMalformed(Event, tag="ingest.malformed", kw_only=True):
+    source: str
+    path: str
+    offset: int
+    length: int
+    raw: str
+    encoding: Encoding = "utf-8"
+    error: str
+    partial: bool = False
+
+
+class FileTruncated(Event, tag="ingest.truncated", kw_only=True):
+    source: str
+    path: str
+    previous_offset: int
+    new_size: int
+    reason: Literal["shrunk", "replaced"]
+
+
+class FileSnapshotted(Event, tag="ingest.snapshot", kw_only=True):
+    """A whole-file capture (state.json) whenever its content changes."""
+
+    source: str
+    path: str
+    content: str
+    sha256: str
+    size: int
+
+
+class IngestionClosed(Event, tag="ingest.closed", kw_only=True):
+    """The run ended and every watched file was drained to its end."""
+
+    files: dict[str, int]

@@ -1,0 +1,149 @@
+"""Specs carried inside events: everything needed to run a cell again.
+
+These are the *resolved* forms (defaults applied, paths absolute). The campaign
+file arenad reads from users is a different, stricter type (``arenad.campaign``)
+that resolves into these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+# The seed's exact closing instruction (solo.sh): the solo arm gets the same suffix
+# the supervisor's workers get, so prompt content is never a confound between arms.
+WORKER_PROMPT_SUFFIX = (
+    "\n\nWork only in your current working directory. Implement the change completely and"
+    " correctly — do not stub, weaken, or special-case anything, and keep the repository's"
+    " existing tests passing. An automated check verifies your work after you finish."
+)
+
+# The seed's test-file excludes (fixtures/excludes.txt); each becomes
+# ':(exclude,glob)<pattern>' on the patch-extraction pathspec.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    "**/tests/**",
+    "**/test/**",
+    "test_*.py",
+    "**/test_*.py",
+    "*_test.py",
+    "**/*_test.py",
+    "conftest.py",
+    "**/conftest.py",
+)
+
+# sup4.sh's env knobs; LOOPS_BRAIN_LOG is always run-dir derived and added at run time.
+SUPERVISOR_DEFAULT_ENV_KNOBS: dict[str, str] = {
+    "WORKER_BACKEND": "cli",
+    "LOOPS_WORKER_HARNESS": "opencode",
+    "LOOPS_BRAIN_RETRIES": "30",
+    "DRIVER_DEADLINE_MS": "2600000",
+}
+
+Split = Literal["search", "dev", "holdout", "canary"]
+
+
+class Spec(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of stored specs: frozen, keyword-only, tolerant of fields added later."""
+
+
+class InstanceSpec(Spec, kw_only=True):
+    instance_id: str
+    repo: str = ""
+    base_commit: str
+    problem_statement: str
+    image: str | None = None
+    verify_cmd: str
+    # SWE-bench rows carry many more fields; they are kept verbatim for the record.
+    extra: dict[str, Any] = {}
+
+
+class SoloArm(Spec, tag="solo", tag_field="kind", kw_only=True):
+    name: str
+    model: str
+    timeout_s: float = 1000.0
+    prompt_suffix: str = WORKER_PROMPT_SUFFIX
+    opencode_bin: str = "opencode"
+    extra_args: list[str] = []
+    kill_grace_s: float = 1.0
+
+
+class SupervisorArm(Spec, tag="supervisor", tag_field="kind", kw_only=True):
+    name: str
+    worker_model: str
+    driver_model: str
+    timeout_s: float = 2800.0
+    budget: int = 40
+    max_sandboxes: int = 4
+    max_usd: float = 8.0
+    max_depth: int = 3
+    env_knobs: dict[str, str] = {}
+    loops_repo: str
+    extension_path: str
+    shim_path: str
+    # argv with placeholders {ws} {params} {extension} {run_dir} {shim} {loops_repo};
+    # run with cwd = loops_repo.
+    driver_cmd: list[str]
+    kill_grace_s: float = 40.0
+
+
+class CommandArm(Spec, tag="command", tag_field="kind", kw_only=True):
+    """Any agent CLI as an arm: argv with {ws} {prompt_file} {run_dir} {model} placeholders."""
+
+    name: str
+    argv: list[str]
+    model: str | None = None
+    timeout_s: float = 1000.0
+    prompt_suffix: str = WORKER_PROMPT_SUFFIX
+    env: dict[str, str] = {}
+    # Whether the command touches a model (and so runs under the secrets wrapper).
+    uses_model: bool = True
+    kill_grace_s: float = 1.0
+
+
+ArmSpec = SoloArm | SupervisorArm | CommandArm
+
+
+class MaterializerSpec(Spec, kw_only=True):
+    kind: Literal["image", "git"]
+    # git: a local path or URL to clone; image: unused (the instance names the image).
+    source: str | None = None
+
+
+class SecretsSpec(Spec, kw_only=True):
+    dir: str
+    env_files: list[str]
+    # The wrapper argv prefix; '-f FILE' pairs, '--', 'bash', '-c', SCRIPT follow.
+    wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
+
+
+class JudgeSpec(Spec, kw_only=True):
+    """An optional judge command run after verify (cwd = ws); it prints a verdict JSON."""
+
+    command: str
+    name: str = "swe-arena-official-judge"
+    timeout_s: float = 600.0
+
+
+class CellSpec(Spec, kw_only=True):
+    campaign: str
+    suite: str = "swe-bench-verified"
+    split: Split = "search"
+    instance: InstanceSpec
+    arm: ArmSpec
+    rep: int
+    materializer: MaterializerSpec
+    secrets: SecretsSpec | None = None
+    excludes: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    verify_timeout_s: float = 600.0
+    judge: JudgeSpec | None = None
+    experiment_id: str | None = None
+
+    @property
+    def cell_id(self) -> str:
+        return cell_id(self.campaign, self.instance.instance_id, self.arm.name, self.rep)
+
+
+def cell_id(campaign: str, instance_id: str, arm: str, rep: int) -> str:
+    """Cell identity: (campaign, instance, arm, rep). ':' never occurs in the parts."""
+    return f"{campaign}:{instance_id}:{arm}:{rep}"
