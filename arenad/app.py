@@ -1,0 +1,83 @@
+"""Application services behind the CLI: one async function per command.
+
+They open the store, do one thing, and return data; cli.py prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiosqlite
+
+from arenad import queries
+from arenad.cell.machine import cell_stream
+from arenad.errors import UserError
+from arenad.home import Home, open_store, require_initialized
+from arenad.store.chain import ChainReport
+from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
+from events.base import Recorded
+
+
+async def init_home(home: Home) -> list[str]:
+    """Create the home and the store; apply migrations. Returns the names applied."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(home.db_path, isolation_level=None)
+    try:
+        await db.execute("PRAGMA journal_mode = WAL")
+        return await apply_migrations(db)
+    finally:
+        await db.close()
+
+
+async def list_migrations(home: Home) -> list[MigrationStatus]:
+    require_initialized(home)
+    # Opened read-only: `migrate --list` must not write, not even the bookkeeping table.
+    db = await aiosqlite.connect(f"file:{home.db_path}?mode=ro", uri=True)
+    try:
+        return await migration_status(db)
+    finally:
+        await db.close()
+
+
+async def migrate(home: Home) -> list[str]:
+    require_initialized(home)
+    return await init_home(home)
+
+
+async def status(home: Home, campaign: str | None = None) -> dict[str, Any]:
+    async with open_store(home) as store:
+        counts = await queries.state_counts(store.connection)
+        rows = await queries.cell_rows(store.connection, campaign)
+    return {"counts": dict(counts), "count_list": counts, "cells": rows}
+
+
+async def history(home: Home, cell_id: str) -> list[Recorded]:
+    async with open_store(home) as store:
+        recorded = await store.read_stream(cell_stream(cell_id))
+        if not recorded:
+            raise UserError(f"no cell {cell_id!r} in {home.db_path} (see `arenad status`)")
+        # The cell's other streams (ingestion, captures) belong to its audit trail too.
+        others = await store.streams(f"ingest/{cell_id}/") + await store.streams(
+            f"capture/{cell_id}/"
+        )
+        recorded += await store.read_streams(others)
+    recorded.sort(key=lambda r: r.seq)
+    return recorded
+
+
+async def events(home: Home, after: int, follow: bool) -> AsyncIterator[Recorded]:
+    async with open_store(home) as store:
+        source = store.follow(after) if follow else store.read_all(after)
+        async for recorded in source:
+            yield recorded
+
+
+async def verify_log(home: Home) -> ChainReport:
+    async with open_store(home) as store:
+        return await store.verify_chain()
+
+
+async def rebuild(home: Home) -> int:
+    async with open_store(home) as store:
+        return await store.rebuild()

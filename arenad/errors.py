@@ -1,0 +1,64 @@
+"""arenad's errors, drawn once:
+
+    ArenadError
+    ├── UserError            a mistake in what the user gave us (CLI exits 2, one line)
+    │   └── CampaignError    a campaign file that does not validate (names file and key)
+    ├── StoreError           the event store cannot do what was asked
+    │   ├── ConcurrencyError a stream moved past the expected version (a lost race)
+    │   ├── MigrationError   a migration changed after it was applied, or failed
+    │   ├── LeaseError       another daemon holds this home
+    │   └── StoreUnwritable  disk full or read-only store: the daemon stops cleanly
+    └── IllegalTransition    an event the cell state machine does not allow here
+
+Driver errors become these at the store boundary (sqlite3.IntegrityError on the
+(stream, version) key -> ConcurrencyError), so callers never import sqlite3.
+"""
+
+from __future__ import annotations
+
+
+class ArenadError(Exception):
+    pass
+
+
+class UserError(ArenadError):
+    """A user mistake: the message says what and where; no traceback is shown."""
+
+
+class CampaignError(UserError):
+    pass
+
+
+class StoreError(ArenadError):
+    pass
+
+
+class ConcurrencyError(StoreError):
+    def __init__(self, stream: str, expected: int | None, actual: int | None) -> None:
+        at = f"at version {actual}" if actual is not None else "moved on"
+        super().__init__(
+            f"stream {stream!r} is {at}, expected {expected} (a concurrent writer won)"
+        )
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+class MigrationError(StoreError):
+    pass
+
+
+class LeaseError(StoreError):
+    pass
+
+
+class StoreUnwritable(StoreError):
+    pass
+
+
+class IllegalTransition(ArenadError):
+    def __init__(self, state: str | None, tag: str, stream: str = "") -> None:
+        where = f" on {stream}" if stream else ""
+        super().__init__(f"event {tag!r} is not allowed in state {state or 'new'}{where}")
+        self.state = state
+        self.tag = tag

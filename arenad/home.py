@@ -1,0 +1,86 @@
+"""The arenad home: where the store and the artifact tree live.
+
+    <home>/arenad.db                 the event log (+ -wal, -shm)
+    <home>/daemon.lock               the daemon lease (flock)
+    <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/runs/<iid>/<ARM>/   one cell attempt
+    <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/patches/<iid>.<arm>.patch
+    <home>/proposer-shots/           watched proposer shot receipts
+
+Inside an attempt dir the seed's names are kept (runs/<iid>/<ARM>/…, patches/…),
+so existing tooling reads them; rep and attempt dirs above keep every run's files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import msgspec
+
+from arenad.clock import Clock, system_clock
+from arenad.errors import UserError
+from arenad.readmodels.cells import CellsProjector
+from arenad.store.sqlite import SqliteEventStore, Synchronous
+
+DB_NAME = "arenad.db"
+
+
+class Home(msgspec.Struct, frozen=True):
+    root: Path
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / DB_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "daemon.lock"
+
+    def attempt_root(self, campaign: str, rep: int, attempt: int) -> Path:
+        return self.root / "campaigns" / campaign / f"rep-{rep}" / f"attempt-{attempt}"
+
+    def run_dir(self, campaign: str, rep: int, attempt: int, instance_id: str, arm: str) -> Path:
+        return self.attempt_root(campaign, rep, attempt) / "runs" / instance_id / arm
+
+    def patch_path(self, campaign: str, rep: int, attempt: int, instance_id: str, arm: str) -> Path:
+        return (
+            self.attempt_root(campaign, rep, attempt)
+            / "patches"
+            / f"{instance_id}.{arm.lower()}.patch"
+        )
+
+    @property
+    def proposer_shots(self) -> Path:
+        return self.root / "proposer-shots"
+
+
+def resolve_home(option: str | None) -> Home:
+    raw = option or os.environ.get("ARENAD_HOME") or "./arenad-home"
+    return Home(Path(raw).expanduser().resolve())
+
+
+def require_initialized(home: Home) -> None:
+    if not home.db_path.exists():
+        raise UserError(f"no arenad store at {home.db_path}; run `arenad --home {home.root} init`")
+
+
+@asynccontextmanager
+async def open_store(
+    home: Home,
+    *,
+    clock: Clock = system_clock,
+    synchronous: Synchronous = "NORMAL",
+    create: bool = False,
+) -> AsyncIterator[SqliteEventStore]:
+    if not create:
+        require_initialized(home)
+    home.root.mkdir(parents=True, exist_ok=True)
+    store = await SqliteEventStore.open(
+        home.db_path, clock=clock, projectors=[CellsProjector()], synchronous=synchronous
+    )
+    try:
+        yield store
+    finally:
+        await store.close()

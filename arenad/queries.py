@@ -1,0 +1,61 @@
+"""Reads of the read models (SQL lives here, not in views or the machine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+from arenad.cell.machine import CellState
+from arenad.readmodels.cells import decode_state
+
+_STATUS_COLUMNS = (
+    "cell_id, campaign, instance_id, arm, arm_kind, rep, attempt, state, paused,"
+    " abort_requested, submitted_at_ms, updated_at_ms, started_at_ms, ended_at_ms, wall_s,"
+    " run_rc, scored, verify_pass, patch_lines, tokens_in, tokens_out, cost_usd"
+)
+
+
+async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
+    rows = await db.execute_fetchall("SELECT state, COUNT(*) FROM cells GROUP BY state ORDER BY 1")
+    return [(str(s), int(n)) for s, n in rows]
+
+
+async def cell_rows(
+    db: aiosqlite.Connection, campaign: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    sql = f"SELECT {_STATUS_COLUMNS} FROM cells"
+    params: list[Any] = []
+    if campaign is not None:
+        sql += " WHERE campaign = ?"
+        params.append(campaign)
+    sql += " ORDER BY campaign, instance_id, arm, rep"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    cursor = await db.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    rows = await cursor.fetchall()
+    await cursor.close()
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None:
+    rows = list(
+        await db.execute_fetchall("SELECT state_json FROM cells WHERE cell_id = ?", (cell_id,))
+    )
+    return decode_state(rows[0][0]) if rows else None
+
+
+async def cells_in_states(db: aiosqlite.Connection, states: list[str]) -> list[CellState]:
+    marks = ",".join("?" * len(states))
+    rows = await db.execute_fetchall(
+        f"SELECT state_json FROM cells WHERE state IN ({marks}) ORDER BY cell_id", states
+    )
+    return [decode_state(r[0]) for r in rows]
+
+
+async def table_dump(db: aiosqlite.Connection, table: str) -> list[tuple[Any, ...]]:
+    """Every row of a read-model table in key order (for rebuild comparisons)."""
+    rows = await db.execute_fetchall(f"SELECT * FROM {table} ORDER BY 1")
+    return [tuple(r) for r in rows]

@@ -1,0 +1,119 @@
+"""The ``cells`` table: one row per cell, the machine's fold of its stream.
+
+Runs inside the append transaction: an event the machine refuses raises here and
+the whole append rolls back, so an illegal transition is never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aiosqlite
+import msgspec
+
+from arenad.cell.machine import CellState, apply, is_cell_stream
+from events.base import Recorded
+
+_state_encoder = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(CellState)
+
+COLUMNS = (
+    "cell_id",
+    "campaign",
+    "instance_id",
+    "arm",
+    "arm_kind",
+    "rep",
+    "attempt",
+    "state",
+    "paused",
+    "abort_requested",
+    "submitted_at_ms",
+    "updated_at_ms",
+    "started_at_ms",
+    "ended_at_ms",
+    "wall_s",
+    "run_rc",
+    "scored",
+    "verify_pass",
+    "patch_lines",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "stream_version",
+    "last_seq",
+    "state_json",
+)
+
+_UPSERT = (
+    f"INSERT OR REPLACE INTO cells ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+)
+
+
+def row_of(state: CellState, last_seq: int) -> tuple[object, ...]:
+    """The table row for a state: pure, so replay and the live path agree."""
+    spend = state.recovered.spend if state.recovered is not None else None
+    verified = state.verified
+
+    def flag(value: bool | None) -> int | None:
+        return None if value is None else int(value)
+
+    return (
+        state.cell_id,
+        state.spec.campaign,
+        state.spec.instance.instance_id,
+        state.spec.arm.name,
+        type(state.spec.arm).__struct_config__.tag,
+        state.spec.rep,
+        state.attempt,
+        str(state.status),
+        int(state.paused),
+        int(state.abort_requested),
+        state.submitted_at_ms,
+        state.updated_at_ms,
+        state.run.started_at_ms if state.run is not None else None,
+        state.ended_at_ms,
+        state.wall_s,
+        state.run_rc,
+        flag(verified.scored) if verified is not None else None,
+        flag(verified.verify_pass) if verified is not None else None,
+        verified.patch_lines if verified is not None else None,
+        spend.tokens_in if spend is not None else None,
+        spend.tokens_out if spend is not None else None,
+        spend.cost_usd if spend is not None else None,
+        state.version,
+        last_seq,
+        _state_encoder.encode(state),
+    )
+
+
+def decode_state(blob: bytes) -> CellState:
+    return _state_decoder.decode(blob)
+
+
+class CellsProjector:
+    name = "cells"
+    tables = ("cells",)
+
+    async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
+        mine = [r for r in batch if is_cell_stream(r.stream)]
+        if not mine:
+            return
+        ids = sorted({r.stream[len("cell/") :] for r in mine})
+        states: dict[str, CellState | None] = dict.fromkeys(ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for cell_id, blob in await db.execute_fetchall(
+                f"SELECT cell_id, state_json FROM cells WHERE cell_id IN ({marks})", chunk
+            ):
+                states[str(cell_id)] = decode_state(blob)
+        last: dict[str, int] = {}
+        for r in mine:
+            cell_id = r.stream[len("cell/") :]
+            states[cell_id] = apply(states[cell_id], r.event, r.recorded_at_ms)
+            last[cell_id] = r.seq
+        await db.executemany(
+            _UPSERT,
+            [row_of(s, last[cid]) for cid, s in states.items() if s is not None and cid in last],
+        )

@@ -1,0 +1,69 @@
+"""The interface every event store implements (the contract tests run against each)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+
+import msgspec
+
+from events.base import Event, Recorded
+
+
+class AppendRequest(msgspec.Struct, frozen=True):
+    stream: str
+    # The stream's version the writer last saw (0 for a new stream); None appends
+    # unconditionally (for notification streams where order is all that matters).
+    expected_version: int | None
+    events: Sequence[Event]
+
+
+class EventStore(abc.ABC):
+    """Append-only streams. Every implementation must pass tests/store/contract.py."""
+
+    @abc.abstractmethod
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:
+        """Append several streams' events in one atomic transaction (all or nothing).
+
+        Raises ConcurrencyError when a stream is not at its expected version.
+        """
+
+    async def append(
+        self, stream: str, expected_version: int | None, events: Sequence[Event]
+    ) -> list[Recorded]:
+        return (await self.append_many([AppendRequest(stream, expected_version, events)]))[0]
+
+    @abc.abstractmethod
+    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
+
+    @abc.abstractmethod
+    def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
+        """Every event after ``after_seq`` in order, fetched in bounded batches."""
+
+    @abc.abstractmethod
+    async def stream_version(self, stream: str) -> int: ...
+
+    @abc.abstractmethod
+    async def last_seq(self) -> int: ...
+
+    @abc.abstractmethod
+    async def streams(self, prefix: str) -> list[str]:
+        """Stream ids starting with ``prefix``, sorted."""
+
+    async def follow(
+        self, after_seq: int = 0, poll_s: float = 0.2, batch_size: int = 2000
+    ) -> AsyncIterator[Recorded]:
+        """Like read_all, but waits for new events forever (until cancelled)."""
+        position = after_seq
+        while True:
+            async for recorded in self.read_all(position, batch_size):
+                position = recorded.seq
+                yield recorded
+            await self.wait_for_new(position, poll_s)
+
+    @abc.abstractmethod
+    async def wait_for_new(self, after_seq: int, timeout_s: float) -> None:
+        """Return when an event after ``after_seq`` may exist, or after the timeout."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...

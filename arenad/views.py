@@ -1,0 +1,110 @@
+"""Human and JSON views of the log and the read models: pure formatting."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from events.base import Recorded
+
+_json = msgspec.json.Encoder()
+
+
+def iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def recorded_to_json(r: Recorded) -> bytes:
+    """One event as one JSON object (the `events --json` line format)."""
+    return _json.encode(
+        {
+            "seq": r.seq,
+            "stream": r.stream,
+            "version": r.version,
+            "tag": r.tag,
+            "schema_version": r.schema_version,
+            "recorded_at": iso(r.recorded_at_ms),
+            "event": r.event,
+        }
+    )
+
+
+_SUMMARY_SKIP = {"type", "v", "spec", "attempt"}
+
+
+def _summary(r: Recorded) -> str:
+    fields = msgspec.structs.asdict(r.event)
+    if r.tag == "cell.submitted":
+        spec = fields["spec"]
+        return (
+            f"instance {spec.instance.instance_id}, arm {spec.arm.name}, rep {spec.rep},"
+            f" attempt {fields['attempt']}"
+        )
+    parts = []
+    for key, value in fields.items():
+        if key in _SUMMARY_SKIP or value is None or value == [] or value == {}:
+            continue
+        if isinstance(value, msgspec.Struct):
+            value = {k: v for k, v in msgspec.structs.asdict(value).items() if v is not None}
+        text = str(value)
+        if len(text) > 80:
+            text = text[:77] + "..."
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
+
+
+def history_lines(events: Iterable[Recorded]) -> list[str]:
+    """The audit trail of one cell: every event as a readable timeline row."""
+    lines = []
+    for r in events:
+        attempt = getattr(r.event, "attempt", None)
+        at = f"a{attempt}" if attempt is not None else "  "
+        lines.append(f"{iso(r.recorded_at_ms)}  #{r.seq:<7} {at:<4} {r.tag:<24} {_summary(r)}")
+    return lines
+
+
+STATUS_COLUMNS = ("cell", "arm", "rep", "att", "state", "wall_s", "verify", "tokens", "cost")
+
+
+def _verify_text(scored: Any, verify_pass: Any) -> str:
+    if scored is None:
+        return "-"
+    if not scored:
+        return "not scored"
+    return "pass" if verify_pass else "fail"
+
+
+def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any]]) -> str:
+    out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
+    if rows:
+        table = [STATUS_COLUMNS]
+        for row in rows:
+            tokens = (
+                f"{row['tokens_in']}/{row['tokens_out']}"
+                if row["tokens_in"] is not None or row["tokens_out"] is not None
+                else "-"
+            )
+            state = row["state"] + (" (paused)" if row["paused"] else "")
+            table.append(
+                (
+                    row["cell_id"],
+                    row["arm"],
+                    str(row["rep"]),
+                    str(row["attempt"]),
+                    state,
+                    f"{row['wall_s']:.1f}" if row["wall_s"] is not None else "-",
+                    _verify_text(row["scored"], row["verify_pass"]),
+                    tokens,
+                    f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
+                )
+            )
+        widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
+        for r in table:
+            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(out)
