@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
@@ -167,6 +168,137 @@ def verify_log() -> None:
 def rebuild() -> None:
     count = run(services.rebuild(_ctx.home))
     typer.echo(f"read models rebuilt from {count} events")
+
+
+@command("Validate a campaign file and submit its cells (nothing is written on error).",
+         "arenad submit examples/solo.toml")
+def submit(
+    campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
+) -> None:
+    from arenad.submit import submit_campaign
+
+    result = run(submit_campaign(_ctx.home, campaign))
+    typer.echo(
+        f"campaign {result.campaign}: {len(result.added)} cell(s) submitted,"
+        f" {result.already} already known"
+    )
+
+
+@command("Run cells until stopped (or until idle), writing every transition to the log.",
+         "arenad daemon --max-parallel 4 --until-idle")
+def daemon(
+    max_parallel: Annotated[
+        int | None, typer.Option(min=1, help="Cells running at once (default 4).")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit 0 once no cell can make progress.")
+    ] = False,
+    hang_after: Annotated[
+        float | None,
+        typer.Option(min=1, help="Seconds of silence from a running cell before a hang event."),
+    ] = None,
+    hang_abort: Annotated[
+        bool, typer.Option("--hang-abort", help="Abort a cell when a hang is detected.")
+    ] = False,
+) -> None:
+    from arenad.daemon.daemon import DaemonOptions, run_daemon
+    from arenad.logs import setup_logging
+
+    setup_logging()
+    options = DaemonOptions(
+        max_parallel=max_parallel,
+        until_idle=until_idle,
+        hang_after_s=hang_after,
+        hang_abort=hang_abort,
+    )
+    raise typer.Exit(run(run_daemon(_ctx.home, options)))
+
+
+@command("Ask for a cell to be aborted (a running agent is stopped, its group killed).",
+         "arenad abort demo:bug-1:SOLO:0")
+def abort(
+    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
+) -> None:
+    from arenad.control import abort_cell
+
+    state = run(abort_cell(_ctx.home, cell, reason))
+    typer.echo(f"{cell}: abort requested (state {state.status})")
+
+
+@command("Open a new attempt of a finished or failed cell; earlier attempts are kept.",
+         "arenad retry demo:bug-1:SOLO:0")
+def retry(
+    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
+) -> None:
+    from arenad.control import retry_cell
+
+    state = run(retry_cell(_ctx.home, cell, reason))
+    typer.echo(f"{cell}: attempt {state.attempt} submitted")
+
+
+@command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
+def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+    from arenad.control import pause_cell
+
+    run(pause_cell(_ctx.home, cell))
+    typer.echo(f"{cell}: paused")
+
+
+@command("Resume a paused cell.", "arenad resume demo:bug-1:SOLO:0")
+def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+    from arenad.control import resume_cell
+
+    run(resume_cell(_ctx.home, cell))
+    typer.echo(f"{cell}: resumed")
+
+
+@command("Change how many cells a running daemon runs at once.", "arenad set-max-parallel 8")
+def set_max_parallel(value: Annotated[int, typer.Argument(help="Cells at once.")]) -> None:
+    from arenad.control import set_max_parallel as set_value
+
+    run(set_value(_ctx.home, value))
+    typer.echo(f"max-parallel set to {value}")
+
+
+@command("Run a demo campaign end to end (real opencode, scripted model) and show it.",
+         "arenad --home ./demo-home demo")
+def demo(
+    opencode: Annotated[
+        str | None, typer.Option(help="The opencode binary (default: the pinned install).")
+    ] = None,
+    reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
+) -> None:
+    from arenad.demo import run_demo
+    from arenad.logs import setup_logging
+
+    setup_logging()
+    result = run(run_demo(_ctx.home, opencode, reps))
+    summary = run(services.status(_ctx.home, result.campaign))
+    typer.echo(status_table(summary["count_list"], summary["cells"]))
+    typer.echo(f"\ncampaign file: {result.campaign_file}")
+    typer.echo(f"demo repo:     {result.repo}")
+    typer.echo(f"artifacts:     {result.artifacts}")
+    typer.echo(f"audit trail:   arenad --home {_ctx.home.root} history <cell>")
+
+
+@command("Serve a scripted OpenAI-compatible model (dry-run a campaign's plumbing).",
+         "arenad scripted-model --script examples/scripted-model/fix-bug.toml --port 8765")
+def scripted_model(
+    script: Annotated[Path, typer.Option(help="The script TOML file.")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 0,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    from arenad.scripted_model.server import serve
+
+    def ready(bound: int) -> None:
+        typer.echo(f"scripted model listening on http://{host}:{bound}/v1", err=True)
+
+    try:
+        serve(script, host, port, ready)
+    except UserError as exc:
+        fail(str(exc))
 
 
 def main() -> None:

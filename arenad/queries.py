@@ -59,3 +59,16 @@ async def table_dump(db: aiosqlite.Connection, table: str) -> list[tuple[Any, ..
     """Every row of a read-model table in key order (for rebuild comparisons)."""
     rows = await db.execute_fetchall(f"SELECT * FROM {table} ORDER BY 1")
     return [tuple(r) for r in rows]
+
+
+async def runnable_cells(
+    db: aiosqlite.Connection, terminal_states: list[str]
+) -> list[tuple[str, str]]:
+    """(cell_id, campaign) of cells a daemon could move on, oldest first."""
+    marks = ",".join("?" * len(terminal_states))
+    rows = await db.execute_fetchall(
+        f"SELECT cell_id, campaign FROM cells WHERE state NOT IN ({marks}) AND paused = 0"
+        " ORDER BY submitted_at_ms, cell_id",
+        terminal_states,
+    )
+    return [(str(c), str(k)) for c, k in rows]

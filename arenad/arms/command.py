@@ -1,0 +1,42 @@
+"""The command arm: any agent CLI as an arm. argv placeholders: {ws} {prompt_file}
+{run_dir} {model}; it runs in the workspace, under the secrets wrapper when it
+touches a model."""
+
+from __future__ import annotations
+
+from arenad.arms.base import Arm, ArmContext, Launch, q, under_secrets, write_prompt
+from arenad.errors import UserError
+from events.specs import CommandArm
+
+
+class CommandArmRunner(Arm):
+    def __init__(self, spec: CommandArm) -> None:
+        self.spec = spec
+
+    def prepare(self, ctx: ArmContext) -> Launch:
+        prompt = write_prompt(ctx, self.spec.prompt_suffix)
+        values = {
+            "ws": str(ctx.workspace),
+            "prompt_file": str(prompt),
+            "run_dir": str(ctx.run_dir),
+            "model": self.spec.model or "",
+        }
+        try:
+            args = [a.format(**values) for a in self.spec.argv]
+        except (KeyError, ValueError, IndexError) as exc:
+            raise UserError(f"arm {self.spec.name}: bad argv placeholder: {exc}") from None
+        env = {**ctx.env, **self.spec.env}
+        if self.spec.uses_model:
+            script = f"cd {q(ctx.workspace)} && exec {' '.join(q(a) for a in args)} < /dev/null"
+            argv, cwd = under_secrets(ctx, script)
+        else:
+            argv, cwd = args, str(ctx.workspace)
+        return Launch(
+            argv=argv,
+            cwd=cwd,
+            env=env,
+            stdout_name="cmd.out",
+            stderr_name="cmd.err",
+            timeout_s=self.spec.timeout_s,
+            kill_grace_s=self.spec.kill_grace_s,
+        )

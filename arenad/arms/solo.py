@@ -1,0 +1,43 @@
+"""The solo arm: one `opencode run` in the workspace (the seed's solo.sh).
+
+The prompt goes in on stdin, not as a positional argument: opencode stores a
+positional prompt wrapped in quotes, but stdin verbatim, and it reads stdin
+whenever it is not a TTY, so stdin is always a file that ends.
+"""
+
+from __future__ import annotations
+
+from arenad.arms.base import Arm, ArmContext, Launch, q, under_secrets, write_prompt
+from events.specs import SoloArm
+
+
+class SoloArmRunner(Arm):
+    def __init__(self, spec: SoloArm) -> None:
+        self.spec = spec
+
+    def prepare(self, ctx: ArmContext) -> Launch:
+        prompt = write_prompt(ctx, self.spec.prompt_suffix)
+        args = [
+            self.spec.opencode_bin,
+            "run",
+            "-m",
+            self.spec.model,
+            "--format",
+            "json",
+            # A fixed title skips opencode's extra title-generation model call and tags
+            # the session with its cell.
+            "--title",
+            f"{ctx.cell_id}#{ctx.attempt}",
+            *self.spec.extra_args,
+        ]
+        script = f"cd {q(ctx.workspace)} && exec {' '.join(q(a) for a in args)} < {q(prompt)}"
+        argv, cwd = under_secrets(ctx, script)
+        return Launch(
+            argv=argv,
+            cwd=cwd,
+            env=ctx.env,
+            stdout_name="oc.jsonl",
+            stderr_name="oc.err",
+            timeout_s=self.spec.timeout_s,
+            kill_grace_s=self.spec.kill_grace_s,
+        )

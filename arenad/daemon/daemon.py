@@ -1,0 +1,235 @@
+"""The daemon loop: schedule runnable cells up to max-parallel, react to control
+events from the log, stop gracefully.
+
+Scheduling is a query of the cells read model (what is not terminal and not
+paused); the decision of what to do with a cell is its runner's, from the cell's
+own fold. Control requests (abort, pause, max-parallel) arrive as events, written
+by `arenad abort|pause|...` from another process; the daemon follows the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Mapping
+
+import msgspec
+
+from arenad import __version__, queries
+from arenad.cell.machine import TERMINAL
+from arenad.clock import Clock, system_clock
+from arenad.daemon.runner import CellRunner, RunnerConfig
+from arenad.home import Home, open_store
+from arenad.lease import DaemonLease
+from arenad.store.sqlite import SqliteEventStore
+from events import cell as ev
+from events.base import Recorded
+from events.control import DaemonStarted, DaemonStopped, MaxParallelChanged
+
+log = logging.getLogger("arenad.daemon")
+
+DAEMON_STREAM = "daemon"
+CONTROL_STREAM = "control"
+
+
+class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
+    max_parallel: int | None = None
+    until_idle: bool = False
+    hang_after_s: float | None = None
+    hang_abort: bool = False
+    # How long SIGTERM waits for running cells to record their abort.
+    drain_timeout_s: float = 60.0
+
+
+class Daemon:
+    def __init__(
+        self,
+        store: SqliteEventStore,
+        home: Home,
+        options: DaemonOptions,
+        base_env: Mapping[str, str],
+        clock: Clock = system_clock,
+    ) -> None:
+        self.store = store
+        self.home = home
+        self.options = options
+        self.clock = clock
+        self.config = RunnerConfig(
+            home=home,
+            base_env=dict(base_env),
+            hang_after_s=options.hang_after_s,
+            hang_abort=options.hang_abort,
+        )
+        self.max_parallel = options.max_parallel or 4
+        self.campaign_limits: dict[str, int] = {}
+        self.runners: dict[str, CellRunner] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.stopping = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.signals = 0
+        self.stop_reason = "idle"
+
+    # -- control -----------------------------------------------------------------
+
+    def stop(self, reason: str) -> None:
+        self.signals += 1
+        self.stop_reason = reason
+        if self.signals > 1:
+            log.warning("second stop request: killing running cells now")
+        self.stopping.set()
+        self.wake.set()
+        for runner in self.runners.values():
+            runner.request_shutdown()
+
+    async def _follow_control(self, after_seq: int) -> None:
+        async for r in self.store.follow(after_seq, poll_s=0.2):
+            self._on_event(r)
+
+    def _on_event(self, r: Recorded) -> None:
+        e = r.event
+        if isinstance(e, MaxParallelChanged):
+            self.max_parallel = e.max_parallel
+            log.info("max-parallel is now %d", e.max_parallel)
+        elif r.stream.startswith("cell/"):
+            cell_id = r.stream[len("cell/") :]
+            runner = self.runners.get(cell_id)
+            if isinstance(e, ev.AbortRequested) and runner is not None:
+                runner.request_abort(e.reason)
+            elif isinstance(e, ev.CellPaused) and runner is not None:
+                log.info("%s paused; the step in flight finishes first", cell_id)
+        elif r.stream.startswith("campaign/") and hasattr(e, "max_parallel"):
+            limit = getattr(e, "max_parallel", None)
+            if limit:
+                self.campaign_limits[getattr(e, "name")] = int(limit)
+        self.wake.set()
+
+    # -- scheduling --------------------------------------------------------------
+
+    async def _runnable(self) -> list[tuple[str, str]]:
+        rows = await queries.runnable_cells(self.store.connection, sorted(TERMINAL))
+        return [(cid, campaign) for cid, campaign in rows if cid not in self.tasks]
+
+    def _start(self, cell_id: str) -> None:
+        runner = CellRunner(self.store, self.config, cell_id, self.clock, asyncio.Event())
+        self.runners[cell_id] = runner
+        task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
+        self.tasks[cell_id] = task
+
+    async def _drive(self, runner: CellRunner) -> None:
+        try:
+            await runner.drive()
+        except Exception:
+            log.exception("%s: the cell runner crashed", runner.cell_id)
+            await self._record_crash(runner)
+        finally:
+            self.runners.pop(runner.cell_id, None)
+            self.tasks.pop(runner.cell_id, None)
+            self.wake.set()
+
+    async def _record_crash(self, runner: CellRunner) -> None:
+        # A bug in a step must not leave the cell looking healthy: fail it, visibly.
+        with contextlib.suppress(Exception):
+            state = await runner.writer.load()
+            if not state.terminal:
+                import traceback
+
+                await runner.writer.append(
+                    [
+                        ev.CellFailed(
+                            attempt=state.attempt,
+                            stage=str(state.status),
+                            error=traceback.format_exc(limit=5)[-4000:],
+                            classification="infrastructure",
+                        )
+                    ]
+                )
+
+    def _running_in(self, campaign: str) -> int:
+        return sum(1 for r in self.runners.values() if r.cell_id.split(":", 1)[0] == campaign)
+
+    async def run(self) -> int:
+        start_seq = await self.store.last_seq()
+        await self._load_limits()
+        await self.store.append(
+            DAEMON_STREAM,
+            None,
+            [
+                DaemonStarted(
+                    pid=os.getpid(),
+                    hostname=socket.gethostname(),
+                    max_parallel=self.max_parallel,
+                    version=__version__,
+                )
+            ],
+        )
+        follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
+        try:
+            while not self.stopping.is_set():
+                if follower.done():
+                    follower.result()  # a crashed side task stops the daemon, loudly
+                self.wake.clear()
+                runnable = await self._runnable()
+                for cell_id, campaign in runnable:
+                    if len(self.tasks) >= self.max_parallel:
+                        break
+                    limit = self.campaign_limits.get(campaign)
+                    if limit is not None and self._running_in(campaign) >= limit:
+                        continue
+                    self._start(cell_id)
+                if self.options.until_idle and not self.tasks and not runnable:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=1.0)
+        finally:
+            await self._drain()
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await follower
+            await self.store.append(
+                DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
+            )
+        return 0
+
+    async def _load_limits(self) -> None:
+        for stream in await self.store.streams("campaign/"):
+            for r in await self.store.read_stream(stream):
+                self._on_event(r)
+        for r in await self.store.read_stream(CONTROL_STREAM):
+            if self.options.max_parallel is None:
+                self._on_event(r)
+
+    async def _drain(self) -> None:
+        if not self.tasks:
+            return
+        for runner in self.runners.values():
+            runner.request_shutdown()
+        tasks = list(self.tasks.values())
+        done, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+
+def install_signal_handlers(daemon: Daemon) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, daemon.stop, signal.Signals(sig).name)
+
+
+async def run_daemon(
+    home: Home, options: DaemonOptions, base_env: Mapping[str, str] | None = None
+) -> int:
+    lease = DaemonLease(home.lock_path)
+    lease.acquire()
+    try:
+        async with open_store(home) as store:
+            daemon = Daemon(store, home, options, base_env or dict(os.environ))
+            install_signal_handlers(daemon)
+            return await daemon.run()
+    finally:
+        lease.release()

@@ -1,0 +1,59 @@
+"""Where ingested lines go: the cell attempt's ingest stream, with optimistic
+concurrency, so two ingesters can never both record the same bytes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from arenad.store.base import EventStore
+from arenad.usage import parse_usage
+from events.base import Event
+from events.cell import SoloUsage
+from events.ingest import LineIngested
+
+
+def ingest_stream(cell_id: str, attempt: int) -> str:
+    return f"ingest/{cell_id}/{attempt}"
+
+
+class IngestSink:
+    def __init__(self, store: EventStore, stream: str) -> None:
+        self.store = store
+        self.stream = stream
+        self.version = 0
+        self.appended = 0
+
+    async def open(self) -> int:
+        self.version = await self.store.stream_version(self.stream)
+        return self.version
+
+    async def append(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        recorded = await self.store.append(self.stream, self.version, list(events))
+        self.version = recorded[-1].version
+        self.appended += len(recorded)
+
+
+def stdout_objects(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The JSON objects of the ingested stdout stream, in order (a pure fold)."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if isinstance(e, LineIngested) and e.source == "stdout" and e.encoding == "utf-8":
+            try:
+                obj = json.loads(e.raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+async def usage_from_stream(store: EventStore, stream: str) -> SoloUsage | None:
+    """The seed's usage figures, derived from the ingested stream events."""
+    events = [r.event for r in await store.read_stream(stream)]
+    if not any(isinstance(e, LineIngested) and e.source == "stdout" for e in events):
+        return None
+    return parse_usage(stdout_objects(events))

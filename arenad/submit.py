@@ -1,0 +1,57 @@
+"""`arenad submit`: validate a campaign completely, then append its new cells at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from arenad import queries
+from arenad.campaign import load_campaign, spec_sha256
+from arenad.cell.machine import cell_stream
+from arenad.errors import UserError
+from arenad.home import Home, open_store
+from arenad.store.base import AppendRequest
+from events.cell import CellSubmitted
+from events.control import CampaignSubmitted
+
+
+class SubmitResult(msgspec.Struct, frozen=True):
+    campaign: str
+    added: list[str]
+    already: int
+
+
+async def submit_campaign(home: Home, path: Path) -> SubmitResult:
+    campaign = load_campaign(path)  # every check happens before anything is written
+    async with open_store(home) as store:
+        new: list[AppendRequest] = []
+        already = 0
+        for spec in campaign.cells:
+            existing = await queries.cell_state(store.connection, spec.cell_id)
+            digest = spec_sha256(spec)
+            if existing is not None:
+                if spec_sha256(existing.spec) != digest:
+                    raise UserError(
+                        f"{path}: cell {spec.cell_id} was already submitted with a different"
+                        " spec; give the changed campaign a new name (nothing was appended)"
+                    )
+                already += 1
+                continue
+            new.append(
+                AppendRequest(
+                    cell_stream(spec.cell_id), 0, [CellSubmitted(spec=spec, spec_sha256=digest)]
+                )
+            )
+        if new:
+            stream = f"campaign/{campaign.name}"
+            record = CampaignSubmitted(
+                name=campaign.name,
+                source_path=campaign.source_path,
+                spec_sha256=campaign.spec_sha256,
+                cell_ids=[r.stream[len("cell/") :] for r in new],
+                max_parallel=campaign.max_parallel,
+            )
+            # One transaction: the campaign's cells appear together or not at all.
+            await store.append_many([*new, AppendRequest(stream, None, [record])])
+    return SubmitResult(campaign.name, [r.stream[len("cell/") :] for r in new], already)

@@ -1,0 +1,48 @@
+"""Shared fixtures. Real parts only: SQLite files in tmp_path, real subprocesses, real git."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.opencode_support"]
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "arenad tests",
+    "GIT_AUTHOR_EMAIL": "tests@arenad",
+    "GIT_COMMITTER_NAME": "arenad tests",
+    "GIT_COMMITTER_EMAIL": "tests@arenad",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return out.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str], message: str = "base") -> str:
+    """A real git repo with ``files`` committed; returns the commit."""
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / ".git").exists():
+        git(path, "init", "-q", "-b", "main")
+    for name, content in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", message)
+    return git(path, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def home_dir(tmp_path: Path) -> Path:
+    return tmp_path / "home"
