@@ -5,6 +5,7 @@ They open the store, do one thing, and return data; cli.py prints it.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import aiosqlite
 
 from arenad import queries
 from arenad.cell.machine import cell_stream
-from arenad.errors import UserError
+from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
 from arenad.store.chain import ChainReport
 from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
@@ -26,6 +27,8 @@ async def init_home(home: Home) -> list[str]:
     try:
         await db.execute("PRAGMA journal_mode = WAL")
         return await apply_migrations(db)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot use {home.db_path} as an event store: {exc}") from exc
     finally:
         await db.close()
 
@@ -33,9 +36,13 @@ async def init_home(home: Home) -> list[str]:
 async def list_migrations(home: Home) -> list[MigrationStatus]:
     require_initialized(home)
     # Opened read-only: `migrate --list` must not write, not even the bookkeeping table.
-    db = await aiosqlite.connect(f"file:{home.db_path}?mode=ro", uri=True)
+    # as_uri() percent-encodes the path: a raw '?' or '#' in it would otherwise end the
+    # path early and open (and create) some other file.
+    db = await aiosqlite.connect(f"{home.db_path.as_uri()}?mode=ro", uri=True)
     try:
         return await migration_status(db)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read {home.db_path} as an event store: {exc}") from exc
     finally:
         await db.close()
 

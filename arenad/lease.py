@@ -20,7 +20,11 @@ class DaemonLease:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        if self._fd is not None:
+            return  # already held by this object
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # os.open gives a non-inheritable descriptor (PEP 446): the agents a daemon
+        # starts never hold its lease, so the lease dies with the daemon alone.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -24,7 +24,7 @@ class PartRow(msgspec.Struct, frozen=True, kw_only=True):
     data: str
 
 
-class AgentSessionCaptured(Event, tag="capture.opencode-session", kw_only=True):
+class AgentSessionCaptured(Event, tag="capture.opencode-session", frozen=True, kw_only=True):
     """One opencode session row with its messages and parts, read from the cell's store."""
 
     attempt: int
@@ -39,10 +39,10 @@ class AgentSessionCaptured(Event, tag="capture.opencode-session", kw_only=True):
     messages: list[MessageRow]
     parts: list[PartRow]
     # Parts/messages the reader could not read (a store integrity gap, kept visible).
-    unreadable: list[str] = []
+    unreadable: list[str] = msgspec.field(default_factory=list)
 
 
-class AgentStoreUnavailable(Event, tag="capture.store-unavailable", kw_only=True):
+class AgentStoreUnavailable(Event, tag="capture.store-unavailable", frozen=True, kw_only=True):
     """The store could not be read: a labeled gap, never zeros."""
 
     attempt: int
@@ -50,14 +50,14 @@ class AgentStoreUnavailable(Event, tag="capture.store-unavailable", kw_only=True
     error: str
 
 
-class WorkerCwdUnmatched(Event, tag="capture.worker-cwd-unmatched", kw_only=True):
+class WorkerCwdUnmatched(Event, tag="capture.worker-cwd-unmatched", frozen=True, kw_only=True):
     """A worker cwd with no session row in the store (a join failure, recorded)."""
 
     attempt: int
     cwd: str
 
 
-class ProposerShotCaptured(Event, tag="capture.proposer-shot", kw_only=True):
+class ProposerShotCaptured(Event, tag="capture.proposer-shot", frozen=True, kw_only=True):
     path: str
     author: str | None
     generation: int
@@ -68,7 +68,7 @@ class ProposerShotCaptured(Event, tag="capture.proposer-shot", kw_only=True):
     error: str | None = None
 
 
-class ClaudeTranscriptCaptured(Event, tag="capture.claude-transcript", kw_only=True):
+class ClaudeTranscriptCaptured(Event, tag="capture.claude-transcript", frozen=True, kw_only=True):
     """A Claude Code transcript of a proposer worktree, verbatim."""
 
     cwd: str

@@ -13,13 +13,13 @@ from events.specs import CellSpec
 Classification = Literal["infrastructure", "agent", "operator"]
 
 
-class CellSubmitted(Event, tag="cell.submitted", kw_only=True):
+class CellSubmitted(Event, tag="cell.submitted", frozen=True, kw_only=True):
     spec: CellSpec
     attempt: int = 1
     spec_sha256: str = ""
 
 
-class CellMaterialized(Event, tag="cell.materialized", kw_only=True):
+class CellMaterialized(Event, tag="cell.materialized", frozen=True, kw_only=True):
     attempt: int
     run_dir: str
     workspace: str
@@ -29,7 +29,7 @@ class CellMaterialized(Event, tag="cell.materialized", kw_only=True):
     detail: str = ""
 
 
-class RunStarted(Event, tag="run.started", kw_only=True):
+class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     attempt: int
     argv: list[str]
     cwd: str
@@ -48,7 +48,7 @@ class RunStarted(Event, tag="run.started", kw_only=True):
     stderr_path: str | None = None
 
 
-class RunAdopted(Event, tag="run.adopted", kw_only=True):
+class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
     """A restarted daemon took over a run whose process outlived its predecessor."""
 
     attempt: int
@@ -56,26 +56,26 @@ class RunAdopted(Event, tag="run.adopted", kw_only=True):
     daemon_pid: int
 
 
-class RunCompleted(Event, tag="run.completed", kw_only=True):
+class RunCompleted(Event, tag="run.completed", frozen=True, kw_only=True):
     attempt: int
     rc: int
     wall_s: float
 
 
-class RunTimedOut(Event, tag="run.timed_out", kw_only=True):
+class RunTimedOut(Event, tag="run.timed_out", frozen=True, kw_only=True):
     attempt: int
     rc: int = 124
     wall_s: float
 
 
-class RunAborted(Event, tag="run.aborted", kw_only=True):
+class RunAborted(Event, tag="run.aborted", frozen=True, kw_only=True):
     attempt: int
     rc: int | None = 130
     wall_s: float | None = None
     reason: str
 
 
-class CellVerified(Event, tag="cell.verified", kw_only=True):
+class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     attempt: int
     scored: bool
     # Why the result does not count (timed out, aborted, non-zero exit, ...).
@@ -123,7 +123,7 @@ class SpendFigures(msgspec.Struct, frozen=True, kw_only=True):
     spent_usd: float | None = None
 
 
-class CellRecovered(Event, tag="cell.recovered", kw_only=True):
+class CellRecovered(Event, tag="cell.recovered", frozen=True, kw_only=True):
     attempt: int
     store_path: str | None = None
     store_available: bool
@@ -132,7 +132,7 @@ class CellRecovered(Event, tag="cell.recovered", kw_only=True):
     usage: SoloUsage | None = None
 
 
-class CellFailed(Event, tag="cell.failed", kw_only=True):
+class CellFailed(Event, tag="cell.failed", frozen=True, kw_only=True):
     VERSION = 2
     v: int = 2
     attempt: int
@@ -142,7 +142,7 @@ class CellFailed(Event, tag="cell.failed", kw_only=True):
     retryable: bool = False
 
 
-class CellRetried(Event, tag="cell.retried", kw_only=True):
+class CellRetried(Event, tag="cell.retried", frozen=True, kw_only=True):
     """Opens attempt ``attempt``; earlier attempts' events and directories stay."""
 
     attempt: int
@@ -150,14 +150,14 @@ class CellRetried(Event, tag="cell.retried", kw_only=True):
     requested_by: Literal["operator", "policy", "resume"] = "operator"
 
 
-class ProvenanceRecorded(Event, tag="cell.provenance", kw_only=True):
+class ProvenanceRecorded(Event, tag="cell.provenance", frozen=True, kw_only=True):
     attempt: int
     repo: str
     commit: str
-    env_knobs: dict[str, str] = {}
+    env_knobs: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class SupervisorOutcome(Event, tag="cell.supervisor-outcome", kw_only=True):
+class SupervisorOutcome(Event, tag="cell.supervisor-outcome", frozen=True, kw_only=True):
     """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
 
     attempt: int
@@ -169,25 +169,25 @@ class SupervisorOutcome(Event, tag="cell.supervisor-outcome", kw_only=True):
     spent_usd: float | None
 
 
-class AbortRequested(Event, tag="cell.abort-requested", kw_only=True):
+class AbortRequested(Event, tag="cell.abort-requested", frozen=True, kw_only=True):
     reason: str = "operator request"
 
 
-class CellPaused(Event, tag="cell.paused", kw_only=True):
+class CellPaused(Event, tag="cell.paused", frozen=True, kw_only=True):
     reason: str = "operator request"
 
 
-class CellResumed(Event, tag="cell.resumed", kw_only=True):
+class CellResumed(Event, tag="cell.resumed", frozen=True, kw_only=True):
     pass
 
 
-class HangDetected(Event, tag="cell.hang-detected", kw_only=True):
+class HangDetected(Event, tag="cell.hang-detected", frozen=True, kw_only=True):
     attempt: int
     silent_s: float
     action: Literal["none", "abort"] = "none"
 
 
-class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", kw_only=True):
+class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", frozen=True, kw_only=True):
     attempt: int
     judge: str
     # The verdict document verbatim (JSON text) plus the fields the ledger reads.

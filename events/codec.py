@@ -80,15 +80,33 @@ _raw_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[s
 
 
 class UnknownEventError(ValueError):
-    """A row whose tag this version of arenad does not know."""
+    """A row this version of arenad cannot read: an unknown tag, a schema version newer
+    than this arenad (or with no upcast path), or a payload of another event type."""
 
 
 def event_tag(event: Event) -> str:
     return _TAGS[type(event)]
 
 
+def event_tag_of_type(kind: type[Event]) -> str:
+    try:
+        return _TAGS[kind]
+    except KeyError:
+        raise UnknownEventError(
+            f"{kind.__name__} is not an event type of events.codec.EVENT_TYPES"
+        ) from None
+
+
 def event_version(event: Event) -> int:
     return type(event).VERSION
+
+
+def event_type(tag: str) -> type[Event]:
+    """The event class of a tag (UnknownEventError if this arenad does not know it)."""
+    try:
+        return _BY_TAG[tag]
+    except KeyError:
+        raise UnknownEventError(f"unknown event tag {tag!r}") from None
 
 
 def encode_event(event: Event) -> bytes:
@@ -96,20 +114,35 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(payload: bytes | str, tag: str, schema_version: int) -> Event:
-    """Decode a stored payload, upcasting it first when it is older than current."""
+    """Decode a stored payload, upcasting it first when it is older than current.
+
+    Raises UnknownEventError for a row this arenad cannot read, msgspec.ValidationError
+    (a ValueError) for a payload that does not match its type.
+    """
     current = CURRENT_VERSION.get(tag)
     if current is None:
         raise UnknownEventError(f"unknown event tag {tag!r}")
     if schema_version == current:
         event: Event = _decoder.decode(payload)
-        return event
-    if schema_version > current:
+    elif schema_version > current:
         raise UnknownEventError(
             f"event {tag!r} is at schema version {schema_version}, newer than this arenad"
             f" ({current}); upgrade arenad to read this log"
         )
-    raw = _raw_decoder.decode(payload)
-    for version in range(schema_version, current):
-        raw = UPCASTERS[(tag, version)](raw)
-    raw["v"] = current
-    return msgspec.convert(raw, _BY_TAG[tag])
+    else:
+        raw = _raw_decoder.decode(payload)
+        for version in range(schema_version, current):
+            upcaster = UPCASTERS.get((tag, version))
+            if upcaster is None:
+                raise UnknownEventError(
+                    f"event {tag!r} at schema version {schema_version} has no upcaster"
+                    f" from version {version} to {version + 1}"
+                )
+            raw = upcaster(raw)
+        raw["v"] = current
+        event = msgspec.convert(raw, _BY_TAG[tag])
+    if type(event) is not _BY_TAG[tag]:
+        # The envelope's tag is what indexes and folds trust; a payload of another
+        # type under it is a damaged row, never something to guess about.
+        raise UnknownEventError(f"a row tagged {tag!r} holds a {_TAGS[type(event)]!r} payload")
+    return event

@@ -13,7 +13,7 @@ from events.base import Event
 Encoding = Literal["utf-8", "base64"]
 
 
-class LineIngested(Event, tag="ingest.line", kw_only=True):
+class LineIngested(Event, tag="ingest.line", frozen=True, kw_only=True):
     # Which watched source: 'supervisor' (the run dir), 'brain', 'stdout' (solo arm).
     source: str
     # Path relative to the source root.
@@ -30,7 +30,7 @@ class LineIngested(Event, tag="ingest.line", kw_only=True):
     observed_at_ms: int | None = None
 
 
-class LineMalformed(Event, tag="ingest.malformed", kw_only=True):
+class LineMalformed(Event, tag="ingest.malformed", frozen=True, kw_only=True):
     source: str
     path: str
     offset: int
@@ -41,7 +41,7 @@ class LineMalformed(Event, tag="ingest.malformed", kw_only=True):
     partial: bool = False
 
 
-class FileTruncated(Event, tag="ingest.truncated", kw_only=True):
+class FileTruncated(Event, tag="ingest.truncated", frozen=True, kw_only=True):
     source: str
     path: str
     previous_offset: int
@@ -49,7 +49,7 @@ class FileTruncated(Event, tag="ingest.truncated", kw_only=True):
     reason: Literal["shrunk", "replaced"]
 
 
-class FileSnapshotted(Event, tag="ingest.snapshot", kw_only=True):
+class FileSnapshotted(Event, tag="ingest.snapshot", frozen=True, kw_only=True):
     """A whole-file capture (state.json) whenever its content changes."""
 
     source: str
@@ -59,7 +59,7 @@ class FileSnapshotted(Event, tag="ingest.snapshot", kw_only=True):
     size: int
 
 
-class IngestionClosed(Event, tag="ingest.closed", kw_only=True):
+class IngestionClosed(Event, tag="ingest.closed", frozen=True, kw_only=True):
     """The run ended and every watched file was drained to its end."""
 
     files: dict[str, int]

@@ -47,7 +47,7 @@ class Spec(msgspec.Struct, frozen=True, kw_only=True):
     """Base of stored specs: frozen, keyword-only, tolerant of fields added later."""
 
 
-class InstanceSpec(Spec, kw_only=True):
+class InstanceSpec(Spec, frozen=True, kw_only=True):
     instance_id: str
     repo: str = ""
     base_commit: str
@@ -58,7 +58,7 @@ class InstanceSpec(Spec, kw_only=True):
     extra: dict[str, Any] = {}
 
 
-class SoloArm(Spec, tag="solo", tag_field="kind", kw_only=True):
+class SoloArm(Spec, tag="solo", tag_field="kind", frozen=True, kw_only=True):
     name: str
     model: str
     timeout_s: float = 1000.0
@@ -68,7 +68,7 @@ class SoloArm(Spec, tag="solo", tag_field="kind", kw_only=True):
     kill_grace_s: float = 1.0
 
 
-class SupervisorArm(Spec, tag="supervisor", tag_field="kind", kw_only=True):
+class SupervisorArm(Spec, tag="supervisor", tag_field="kind", frozen=True, kw_only=True):
     name: str
     worker_model: str
     driver_model: str
@@ -87,7 +87,7 @@ class SupervisorArm(Spec, tag="supervisor", tag_field="kind", kw_only=True):
     kill_grace_s: float = 40.0
 
 
-class CommandArm(Spec, tag="command", tag_field="kind", kw_only=True):
+class CommandArm(Spec, tag="command", tag_field="kind", frozen=True, kw_only=True):
     """Any agent CLI as an arm: argv with {ws} {prompt_file} {run_dir} {model} placeholders."""
 
     name: str
@@ -104,20 +104,20 @@ class CommandArm(Spec, tag="command", tag_field="kind", kw_only=True):
 ArmSpec = SoloArm | SupervisorArm | CommandArm
 
 
-class MaterializerSpec(Spec, kw_only=True):
+class MaterializerSpec(Spec, frozen=True, kw_only=True):
     kind: Literal["image", "git"]
     # git: a local path or URL to clone; image: unused (the instance names the image).
     source: str | None = None
 
 
-class SecretsSpec(Spec, kw_only=True):
+class SecretsSpec(Spec, frozen=True, kw_only=True):
     dir: str
     env_files: list[str]
     # The wrapper argv prefix; '-f FILE' pairs, '--', 'bash', '-c', SCRIPT follow.
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
-class JudgeSpec(Spec, kw_only=True):
+class JudgeSpec(Spec, frozen=True, kw_only=True):
     """An optional judge command run after verify (cwd = ws); it prints a verdict JSON."""
 
     command: str
@@ -125,7 +125,7 @@ class JudgeSpec(Spec, kw_only=True):
     timeout_s: float = 600.0
 
 
-class CellSpec(Spec, kw_only=True):
+class CellSpec(Spec, frozen=True, kw_only=True):
     campaign: str
     suite: str = "swe-bench-verified"
     split: Split = "search"

@@ -125,6 +125,8 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
     if after is None:
         raise IllegalTransition(before, tag, state.cell_id if state else "")
     if isinstance(event, ev.CellSubmitted):
+        if event.attempt < 1:
+            raise IllegalTransition(before, f"{tag} (attempt {event.attempt})", event.spec.cell_id)
         return CellState(
             cell_id=event.spec.cell_id,
             spec=event.spec,
@@ -166,8 +168,12 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
         case ev.CellFailed():
             infra = state.infra_failures + (event.classification == "infrastructure")
             ended = state.ended_at_ms if state.ended_at_ms is not None else at_ms
-            return {"failed": event, "infra_failures": infra, "ended_at_ms": ended,
-                    "abort_requested": False}
+            return {
+                "failed": event,
+                "infra_failures": infra,
+                "ended_at_ms": ended,
+                "abort_requested": False,
+            }
         case ev.CellRetried():
             return {
                 "attempt": event.attempt,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arenad.store.base import EventStore
-from arenad.usage import parse_usage
+from arenad.usage import fold_oc_usage
 from events.base import Event
 from events.cell import SoloUsage
 from events.ingest import LineIngested
@@ -56,4 +56,4 @@ async def usage_from_stream(store: EventStore, stream: str) -> SoloUsage | None:
     events = [r.event for r in await store.read_stream(stream)]
     if not any(isinstance(e, LineIngested) and e.source == "stdout" for e in events):
         return None
-    return parse_usage(stdout_objects(events))
+    return fold_oc_usage(stdout_objects(events))

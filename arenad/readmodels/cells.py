@@ -12,6 +12,7 @@ import aiosqlite
 import msgspec
 
 from arenad.cell.machine import CellState, apply, is_cell_stream
+from arenad.errors import IllegalTransition
 from events.base import Recorded
 
 _state_encoder = msgspec.json.Encoder()
@@ -92,8 +93,8 @@ def decode_state(blob: bytes) -> CellState:
 
 
 class CellsProjector:
-    name = "cells"
-    tables = ("cells",)
+    name: str = "cells"
+    tables: tuple[str, ...] = ("cells",)
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
         mine = [r for r in batch if is_cell_stream(r.stream)]
@@ -111,7 +112,14 @@ class CellsProjector:
         last: dict[str, int] = {}
         for r in mine:
             cell_id = r.stream[len("cell/") :]
-            states[cell_id] = apply(states[cell_id], r.event, r.recorded_at_ms)
+            state = apply(states[cell_id], r.event, r.recorded_at_ms)
+            if state.cell_id != cell_id:
+                # The row is keyed by the spec's identity: a spec submitted on another
+                # cell's stream would overwrite that cell's row.
+                raise IllegalTransition(
+                    None, f"{r.tag} (a spec of cell {state.cell_id!r})", r.stream
+                )
+            states[cell_id] = state
             last[cell_id] = r.seq
         await db.executemany(
             _UPSERT,

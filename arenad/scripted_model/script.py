@@ -101,7 +101,7 @@ def _check_non_negative(where: str, **values: float | int | None) -> None:
             raise ValueError(f"{where}{key} must be >= 0, got {value}")
 
 
-class Usage(_Config):
+class Usage(_Config, frozen=True):
     """Token counts for one answer; ``None`` falls back to the script's defaults."""
 
     prompt_tokens: int | None = None
@@ -137,7 +137,7 @@ DEFAULT_USAGE = ResolvedUsage(
 )
 
 
-class Cost(_Config):
+class Cost(_Config, frozen=True):
     """USD per 1M tokens, as opencode's model ``cost`` block."""
 
     input: float = 0.0
@@ -155,7 +155,7 @@ class Cost(_Config):
         )
 
 
-class Model(_Config):
+class Model(_Config, frozen=True):
     id: str
     name: str | None = None
     context: int = 128_000
@@ -169,7 +169,7 @@ class Model(_Config):
             raise ValueError("context and output must be > 0")
 
 
-class ToolCall(_Config):
+class ToolCall(_Config, frozen=True):
     name: str
     arguments: dict[str, Any] = {}
     id: str | None = None
@@ -179,7 +179,7 @@ class ToolCall(_Config):
             raise ValueError("name must not be empty")
 
 
-class ErrorReply(_Config):
+class ErrorReply(_Config, frozen=True):
     status: int = 500
     message: str = "scripted error"
 
@@ -188,7 +188,7 @@ class ErrorReply(_Config):
             raise ValueError(f"status must be an HTTP error status (400-599), got {self.status}")
 
 
-class Step(_Config):
+class Step(_Config, frozen=True):
     text: str | None = None
     reasoning: str | None = None
     tool_calls: list[ToolCall] = []
@@ -201,17 +201,21 @@ class Step(_Config):
         _check_non_negative("", delay_s=self.delay_s, chunk_delay_s=self.chunk_delay_s)
         if self.error is not None:
             if self.text is not None or self.tool_calls or self.reasoning is not None:
-                raise ValueError("a step with `error` cannot also have text, reasoning or tool_calls")
+                raise ValueError(
+                    "a step with `error` cannot also have text, reasoning or tool_calls"
+                )
         elif not self.text and not self.tool_calls:
             # An empty answer would not show up as an assistant message in the next
             # request's history, so the step counter could never move past it.
-            raise ValueError("a step needs a non-empty `text`, at least one `tool_calls`, or `error`")
+            raise ValueError(
+                "a step needs a non-empty `text`, at least one `tool_calls`, or `error`"
+            )
         ids = [call.id for call in self.tool_calls if call.id is not None]
         if len(ids) != len(set(ids)):
             raise ValueError("tool_calls ids must be unique within a step")
 
 
-class Conversation(_Config):
+class Conversation(_Config, frozen=True):
     name: str | None = None
     match: str | None = None
     regex: str | None = None
@@ -238,7 +242,7 @@ class Conversation(_Config):
         return self.name or f"conversations[{index}]"
 
 
-class Script(_Config):
+class Script(_Config, frozen=True):
     models: list[Model]
     conversations: list[Conversation] = []
     usage: Usage | None = None
@@ -262,8 +266,9 @@ class Script(_Config):
             raise ValueError("final_text and title must not be empty")
         for i, conv in enumerate(self.conversations):
             if conv.model is not None and conv.model not in ids:
+                known = ", ".join(ids)
                 raise ValueError(
-                    f"conversations[{i}].model {conv.model!r} is not one of the models ({', '.join(ids)})"
+                    f"conversations[{i}].model {conv.model!r} is not one of the models ({known})"
                 )
 
     @property

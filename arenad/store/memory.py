@@ -1,13 +1,17 @@
 """An in-memory event store: the second backend of the contract suite (and handy in
-pure unit tests). Not for daemon tests: those use real SQLite files."""
+pure unit tests). Not for daemon tests: those use real SQLite files.
+
+It runs no projectors; like the SQLite store it encodes and decodes every event
+before accepting it, so both backends hand back the same thing."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from arenad.clock import Clock, system_clock
-from arenad.errors import ConcurrencyError
+from arenad.errors import ConcurrencyError, StoreError
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Recorded
 from events.codec import decode_event, encode_event, event_tag, event_version
@@ -17,30 +21,34 @@ class InMemoryEventStore(EventStore):
     def __init__(self, clock: Clock = system_clock) -> None:
         self._clock = clock
         self._log: list[Recorded] = []
-        self._versions: dict[str, int] = {}
+        self._by_stream: dict[str, list[Recorded]] = {}
         self._appended = asyncio.Event()
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:
-        requests = [r for r in requests if r.events]
-        versions = dict(self._versions)
-        for r in requests:
-            current = versions.get(r.stream, 0)
+        work = [r for r in requests if r.events]
+        versions = {r.stream: len(self._by_stream.get(r.stream, ())) for r in work}
+        for r in work:
+            current = versions[r.stream]
             if r.expected_version is not None and r.expected_version != current:
                 raise ConcurrencyError(r.stream, r.expected_version, current)
             versions[r.stream] = current + len(r.events)
-        now = self._clock()
+        now = int(self._clock())
         seq = len(self._log)
-        out: list[list[Recorded]] = []
-        for r in requests:
-            version = self._versions.get(r.stream, 0)
+        staged: list[list[Recorded]] = []
+        versions = {r.stream: len(self._by_stream.get(r.stream, ())) for r in work}
+        for r in work:
+            version = versions[r.stream]
             recorded: list[Recorded] = []
             for event in r.events:
                 seq += 1
                 version += 1
                 tag = event_tag(event)
-                # Round-trip through the codec so both backends store the same thing.
                 schema_version = event_version(event)
-                decoded = decode_event(encode_event(event), tag, schema_version)
+                # Round-trip through the codec so both backends store the same thing.
+                try:
+                    decoded = decode_event(encode_event(event), tag, schema_version)
+                except ValueError as exc:
+                    raise StoreError(f"refused to append: {tag!r} on {r.stream!r}: {exc}") from exc
                 recorded.append(
                     Recorded(
                         seq=seq,
@@ -52,38 +60,43 @@ class InMemoryEventStore(EventStore):
                         event=decoded,
                     )
                 )
-            self._versions[r.stream] = version
-            out.append(recorded)
-        for recorded in out:
+            versions[r.stream] = version
+            staged.append(recorded)
+        # Nothing above mutated the log: a refusal anywhere leaves it untouched.
+        for recorded in staged:
             self._log.extend(recorded)
-        if out:
+            self._by_stream.setdefault(recorded[0].stream, []).extend(recorded)
+        if staged:
             self._appended.set()
             self._appended = asyncio.Event()
-        return out
+        by_request = iter(staged)
+        return [next(by_request) if r.events else [] for r in requests]
 
     async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        return [r for r in self._log if r.stream == stream and r.version > after_version]
+        return list(self._by_stream.get(stream, [])[max(after_version, 0) :])
 
     async def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
-        for recorded in self._log[after_seq:]:
-            yield recorded
+        position = max(after_seq, 0)
+        while position < len(self._log):
+            batch = self._log[position : position + batch_size]
+            for recorded in batch:
+                yield recorded
+            position += len(batch)
 
     async def stream_version(self, stream: str) -> int:
-        return self._versions.get(stream, 0)
+        return len(self._by_stream.get(stream, ()))
 
     async def last_seq(self) -> int:
         return len(self._log)
 
     async def streams(self, prefix: str) -> list[str]:
-        return sorted(s for s in self._versions if s.startswith(prefix))
+        return sorted(s for s in self._by_stream if s.startswith(prefix))
 
     async def wait_for_new(self, after_seq: int, timeout_s: float) -> None:
         if len(self._log) > after_seq:
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._appended.wait(), timeout_s)
-        except TimeoutError:
-            pass
 
     async def close(self) -> None:
         return None

@@ -40,17 +40,36 @@ class MigrationStatus(msgspec.Struct, frozen=True):
 
 
 def migrations_dir() -> Path:
-    """The repo's migrations/ in a checkout; the copy shipped inside the wheel otherwise."""
+    """The copy shipped inside the wheel (arenad/migrations); the repo's migrations/ in a
+    checkout.
+
+    The packaged copy is looked at first: an installed arenad must never pick up an
+    unrelated top-level ``migrations`` folder another distribution put in site-packages.
+    The checkout's is used only beside this project's own pyproject.toml.
+    """
     here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "migrations", here / "migrations"):
-        if candidate.is_dir() and any(candidate.glob("*.sql")):
-            return candidate
-    raise MigrationError(f"no migrations found beside {here}")
+    packaged = here / "migrations"
+    checkout = here.parent / "migrations"
+    if packaged.is_dir() and any(packaged.glob("*.sql")):
+        return packaged
+    if (here.parent / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    raise MigrationError(f"no migrations found in {packaged} or {checkout}")
 
 
 def load_migrations(directory: Path | None = None) -> list[Migration]:
     directory = directory or migrations_dir()
+    misnamed = sorted(
+        p.name for p in directory.iterdir() if p.suffix == ".sql" and not _NAME.match(p.name)
+    )
+    if misnamed:
+        # A file that looks like a migration but would be silently skipped.
+        raise MigrationError(
+            f"{directory}: {', '.join(misnamed)} not named NNNN_lowercase_name.sql"
+        )
     found = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
+    if not found:
+        raise MigrationError(f"no migrations in {directory}")
     numbers = [p.name[:4] for p in found]
     if len(set(numbers)) != len(numbers):
         raise MigrationError(f"two migrations share a number in {directory}")
@@ -132,6 +151,14 @@ async def apply_migrations(
             continue
         await db.execute("BEGIN IMMEDIATE")
         try:
+            # Another process may have applied it while this one waited for the lock.
+            if list(
+                await db.execute_fetchall(
+                    "SELECT 1 FROM schema_migrations WHERE name = ?", (m.name,)
+                )
+            ):
+                await db.rollback()
+                continue
             for statement in split_statements(m.sql):
                 await db.execute(statement)
             await db.execute(

@@ -2,33 +2,57 @@
 
 Every await through aiosqlite crosses threads (~170 µs here), so the write path
 costs a fixed handful of awaits per *transaction*, never per event: a batch of
-1 000 events is one BEGIN, one version check, one executemany, the projectors,
-one head update and one COMMIT.
+1 000 events is one BEGIN, one read of the head and the streams' versions, one
+executemany, the projectors, one head update and one COMMIT.
+
+Every event is encoded, then decoded back before the commit: the row the log keeps
+is proved readable (an event built with a wrong-typed field is refused instead of
+poisoning every later replay), and projectors fold exactly what a rebuild will fold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import aiosqlite
+import msgspec
 
 from arenad.clock import Clock, system_clock
 from arenad.errors import ConcurrencyError, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
-from arenad.store.chain import ChainReport, ChainRow, ChainVerifier, row_hash
-from arenad.store.migrations import apply_migrations
-from events.base import Recorded
-from events.codec import decode_event, encode_event, event_tag, event_version
+from arenad.store.chain import (
+    ChainReport,
+    ChainRow,
+    ChainVerifier,
+    length_prefixed,
+    row_hash_parts,
+)
+from arenad.store.migrations import Migration, apply_migrations
+from events.base import Event, Recorded
+from events.codec import (
+    UnknownEventError,
+    decode_event,
+    encode_event,
+    event_tag_of_type,
+)
 
 Synchronous = Literal["NORMAL", "FULL"]
 
-_SELECT = (
-    "SELECT seq, stream, version, tag, schema_version, recorded_at_ms, payload FROM events"
+_SELECT = "SELECT seq, stream, version, tag, schema_version, recorded_at_ms, payload FROM events"
+_INSERT = (
+    "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms, payload, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# SQLite caps host parameters per statement; stream lists are chunked to this.
+_CHUNK = 500
+# Rows per read: large enough that the ~170 µs await is noise, small enough that
+# a replay's memory stays a few MiB whatever the log's size.
+READ_BATCH = 5000
 
 
 class Projector(Protocol):
@@ -38,28 +62,63 @@ class Projector(Protocol):
     whole append (this is how an illegal cell transition is refused before commit).
     """
 
-    name: str
-    tables: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tables(self) -> tuple[str, ...]: ...
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None: ...
 
 
-def _to_recorded(row: sqlite3.Row | tuple[object, ...]) -> Recorded:
-    seq, stream, version, tag, schema_version, recorded_at_ms, payload = row
-    return Recorded(
-        seq=seq,  # type: ignore[arg-type]
-        stream=stream,  # type: ignore[arg-type]
-        version=version,  # type: ignore[arg-type]
-        tag=tag,  # type: ignore[arg-type]
-        schema_version=schema_version,  # type: ignore[arg-type]
-        recorded_at_ms=recorded_at_ms,  # type: ignore[arg-type]
-        event=decode_event(payload, tag, schema_version),  # type: ignore[arg-type]
-    )
+def _decode_rows(rows: Iterable[Any]) -> list[Recorded]:
+    """Rows of ``_SELECT`` (or of ``_INSERT``: a trailing hash is ignored) to Recorded.
+
+    The hot loop of every replay: current-version rows take the codec's fast path
+    inline; anything else goes through ``decode_event`` (upcasts, clear errors).
+    """
+    out: list[Recorded] = []
+    append = out.append
+    for row in rows:
+        seq, stream, version, tag, schema_version, recorded_at_ms, payload = row[:7]
+        try:
+            event = decode_event(payload, tag, schema_version)
+        except (UnknownEventError, msgspec.DecodeError) as exc:
+            raise StoreError(
+                f"event #{seq} ({tag!r} v{schema_version}) on {stream!r} cannot be read: {exc}"
+            ) from exc
+        append(
+            Recorded(
+                seq=seq,
+                stream=stream,
+                version=version,
+                tag=tag,
+                schema_version=schema_version,
+                recorded_at_ms=recorded_at_ms,
+                event=event,
+            )
+        )
+    return out
+
+
+# Per event class: (tag, schema version, the tag length-prefixed for the chain).
+_TYPE_META: dict[type[Event], tuple[str, int, bytes]] = {}
+
+
+def _type_meta(kind: type[Event]) -> tuple[str, int, bytes]:
+    sample_tag = event_tag_of_type(kind)
+    meta = (sample_tag, kind.VERSION, length_prefixed(sample_tag))
+    _TYPE_META[kind] = meta
+    return meta
 
 
 def _is_unwritable(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
     return any(s in text for s in ("disk is full", "readonly", "read-only", "disk i/o error"))
+
+
+def _is_version_conflict(exc: sqlite3.IntegrityError) -> bool:
+    return "events.stream, events.version" in str(exc)
 
 
 class SqliteEventStore(EventStore):
@@ -90,7 +149,12 @@ class SqliteEventStore(EventStore):
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 10_000,
         migrate: bool = True,
+        migrations: list[Migration] | None = None,
     ) -> SqliteEventStore:
+        if synchronous not in get_args(Synchronous):
+            raise ValueError(
+                f"synchronous must be one of {get_args(Synchronous)}, not {synchronous!r}"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = await aiosqlite.connect(path, isolation_level=None)
         reader: aiosqlite.Connection | None = None
@@ -99,13 +163,17 @@ class SqliteEventStore(EventStore):
             await writer.execute("PRAGMA journal_mode = WAL")
             await writer.execute(f"PRAGMA synchronous = {synchronous}")
             if migrate:
-                await apply_migrations(writer)
+                await apply_migrations(writer, migrations)
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        except BaseException:
+            # Reads never write: the reader refuses to, whatever a caller sends it.
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException as exc:
             await writer.close()
             if reader is not None:
                 await reader.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open the event store at {path}: {exc}") from exc
             raise
         return cls(writer, reader, path, clock, projectors)
 
@@ -121,36 +189,44 @@ class SqliteEventStore(EventStore):
     # -- writing -----------------------------------------------------------------
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:
-        requests = [r for r in requests if r.events]
-        if not requests:
-            return []
+        work = [r for r in requests if r.events]
+        if not work:
+            return [[] for _ in requests]
         async with self._write_lock:
             try:
                 await self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise self._translate(exc) from exc
             try:
-                result = await self._append_in_transaction(requests)
+                done = await self._append_in_transaction(work)
                 await self._db.execute("COMMIT")
             except BaseException as exc:
                 await self._rollback()
-                if isinstance(exc, sqlite3.IntegrityError):
-                    # The (stream, version) key is the backstop of the version check.
-                    raise ConcurrencyError(
-                        requests[0].stream, requests[0].expected_version, None
-                    ) from exc
+                if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
+                    # The (stream, version) key is the backstop of the version check:
+                    # name the stream that moved, as the in-transaction check would.
+                    raise await self._conflict(work) from exc
                 if isinstance(exc, sqlite3.Error):
                     raise self._translate(exc) from exc
                 raise
         self._appended.set()
         self._appended = asyncio.Event()
-        return result
+        # One list per request, in the caller's order (an empty request gets []).
+        by_request = iter(done)
+        return [next(by_request) if r.events else [] for r in requests]
 
     async def _rollback(self) -> None:
-        try:
+        # A failed COMMIT or a constraint error may have rolled back already.
+        with contextlib.suppress(sqlite3.Error):
             await self._db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # the transaction was already rolled back by SQLite itself
+
+    async def _conflict(self, requests: Sequence[AppendRequest]) -> ConcurrencyError:
+        versions = await self._current_versions(self._reader, {r.stream for r in requests})
+        for r in requests:
+            actual = versions.get(r.stream, 0)
+            if r.expected_version is not None and r.expected_version != actual:
+                return ConcurrencyError(r.stream, r.expected_version, actual)
+        return ConcurrencyError(requests[0].stream, requests[0].expected_version, None)
 
     def _translate(self, exc: sqlite3.Error) -> StoreError:
         if _is_unwritable(exc):
@@ -160,62 +236,82 @@ class SqliteEventStore(EventStore):
     async def _append_in_transaction(
         self, requests: Sequence[AppendRequest]
     ) -> list[list[Recorded]]:
-        head = await self._db.execute_fetchall("SELECT seq, hash FROM log_head WHERE id = 1")
-        seq, prev = next(iter(head))
-        versions = await self._current_versions({r.stream for r in requests})
-        now = self._clock()
-        rows: list[tuple[object, ...]] = []
-        result: list[list[Recorded]] = []
+        seq, prev, versions = await self._head_and_versions({r.stream for r in requests})
+        now = int(self._clock())
+        rows: list[tuple[int, str, int, str, int, int, bytes, bytes]] = []
+        sizes: list[int] = []
+        add = rows.append
+        encode = encode_event
         for request in requests:
-            current = versions.get(request.stream, 0)
+            stream = request.stream
+            current = versions.get(stream, 0)
             if request.expected_version is not None and request.expected_version != current:
-                raise ConcurrencyError(request.stream, request.expected_version, current)
-            recorded_here: list[Recorded] = []
+                raise ConcurrencyError(stream, request.expected_version, current)
+            stream_part = length_prefixed(stream)
             for event in request.events:
                 seq += 1
                 current += 1
-                tag = event_tag(event)
-                schema_version = event_version(event)
-                payload = encode_event(event)
-                prev = row_hash(
-                    prev, seq, request.stream, current, tag, schema_version, now, payload
+                kind = type(event)
+                meta = _TYPE_META.get(kind) or _type_meta(kind)
+                tag, schema_version, tag_part = meta
+                payload = encode(event)
+                prev = row_hash_parts(
+                    prev, seq, current, schema_version, now, stream_part, tag_part, payload
                 )
-                rows.append(
-                    (seq, request.stream, current, tag, schema_version, now, payload, prev)
-                )
-                recorded_here.append(
-                    Recorded(
-                        seq=seq,
-                        stream=request.stream,
-                        version=current,
-                        tag=tag,
-                        schema_version=schema_version,
-                        recorded_at_ms=now,
-                        event=event,
-                    )
-                )
-            versions[request.stream] = current
-            result.append(recorded_here)
-        await self._db.executemany(
-            "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms,"
-            " payload, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        batch = [r for recorded in result for r in recorded]
+                add((seq, stream, current, tag, schema_version, now, payload, prev))
+            versions[stream] = current
+            sizes.append(len(request.events))
+        try:
+            batch = _decode_rows(rows)
+        except StoreError as exc:
+            # Nothing is written: a row that cannot be read back would break every
+            # later replay (typically a field given a value of the wrong type).
+            raise StoreError(f"refused to append: {exc}") from exc.__cause__
+        await self._db.executemany(_INSERT, rows)
         for projector in self._projectors:
             await projector.apply(self._db, batch)
         await self._db.execute("UPDATE log_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
+        result: list[list[Recorded]] = []
+        start = 0
+        for size in sizes:
+            result.append(batch[start : start + size])
+            start += size
         return result
 
-    async def _current_versions(self, streams: set[str]) -> dict[str, int]:
+    async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int]]:
+        """The chain's head and the streams' versions, in one round trip for most batches."""
+        names = sorted(streams)
+        first, rest = names[:_CHUNK], names[_CHUNK:]
+        marks = ",".join("?" * len(first))
+        rows = await self._db.execute_fetchall(
+            "SELECT NULL, seq, hash FROM log_head WHERE id = 1 UNION ALL"
+            f" SELECT stream, MAX(version), NULL FROM events WHERE stream IN ({marks})"
+            " GROUP BY stream",
+            first,
+        )
+        seq, prev = -1, b""
+        versions: dict[str, int] = {}
+        for stream, number, digest in rows:
+            if stream is None:
+                seq, prev = int(number), bytes(digest)
+            else:
+                versions[str(stream)] = int(number)
+        if seq < 0:
+            raise StoreError(f"the event store at {self.path} has no log head row")
+        if rest:
+            versions.update(await self._current_versions(self._db, set(rest)))
+        return seq, prev, versions
+
+    @staticmethod
+    async def _current_versions(db: aiosqlite.Connection, streams: set[str]) -> dict[str, int]:
         found: dict[str, int] = {}
         names = sorted(streams)
-        # Chunked: SQLite caps host parameters per statement.
-        for i in range(0, len(names), 500):
-            chunk = names[i : i + 500]
+        for i in range(0, len(names), _CHUNK):
+            chunk = names[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
-            for stream, version in await self._db.execute_fetchall(
-                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream",
+            for stream, version in await db.execute_fetchall(
+                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks})"
+                " GROUP BY stream",
                 chunk,
             ):
                 found[str(stream)] = int(version)
@@ -228,9 +324,11 @@ class SqliteEventStore(EventStore):
             f"{_SELECT} WHERE stream = ? AND version > ? ORDER BY version",
             (stream, after_version),
         )
-        return [_to_recorded(r) for r in rows]
+        return _decode_rows(rows)
 
-    async def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
+    async def read_all(
+        self, after_seq: int = 0, batch_size: int = READ_BATCH
+    ) -> AsyncIterator[Recorded]:
         # Keyset pagination: bounded memory and no read transaction held across
         # batches, so a long replay never blocks checkpoints.
         position = after_seq
@@ -238,25 +336,26 @@ class SqliteEventStore(EventStore):
             rows = await self._reader.execute_fetchall(
                 f"{_SELECT} WHERE seq > ? ORDER BY seq LIMIT ?", (position, batch_size)
             )
-            batch = [_to_recorded(r) for r in rows]
+            batch = _decode_rows(rows)
+            del rows
             if not batch:
                 return
             for recorded in batch:
                 yield recorded
-            position = batch[-1].seq
             if len(batch) < batch_size:
                 return
+            position = batch[-1].seq
 
     async def read_streams(self, streams: Sequence[str]) -> list[Recorded]:
         """Several streams' events in global order (bounded by those streams' size)."""
         out: list[Recorded] = []
-        for i in range(0, len(streams), 500):
-            chunk = list(streams[i : i + 500])
+        for i in range(0, len(streams), _CHUNK):
+            chunk = list(streams[i : i + _CHUNK])
             marks = ",".join("?" * len(chunk))
             rows = await self._reader.execute_fetchall(
                 f"{_SELECT} WHERE stream IN ({marks}) ORDER BY seq", chunk
             )
-            out.extend(_to_recorded(r) for r in rows)
+            out.extend(_decode_rows(rows))
         out.sort(key=lambda r: r.seq)
         return out
 
@@ -272,6 +371,8 @@ class SqliteEventStore(EventStore):
         return int(next(iter(rows))[0])
 
     async def streams(self, prefix: str) -> list[str]:
+        # A range scan of the (stream, version) index; no stream sorts after
+        # prefix + U+10FFFF while still starting with prefix.
         upper = prefix + "\U0010ffff"
         rows = await self._reader.execute_fetchall(
             "SELECT DISTINCT stream FROM events WHERE stream >= ? AND stream < ? ORDER BY stream",
@@ -284,34 +385,59 @@ class SqliteEventStore(EventStore):
         # seen by the poll (a cheap indexed read of the head row).
         if await self.last_seq() > after_seq:
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._appended.wait(), timeout_s)
-        except TimeoutError:
-            pass
 
     # -- maintenance -------------------------------------------------------------
 
     async def verify_chain(self) -> ChainReport:
-        """Walk the hash chain from the first row; name the first bad sequence number."""
-        head = await self._reader.execute_fetchall("SELECT seq, hash FROM log_head WHERE id = 1")
-        head_seq, head_hash = next(iter(head))
+        """Walk the hash chain from the first row; name the first bad sequence number.
+
+        The walk stops at the head read first, so events appended while it runs (a
+        live daemon) are neither missed nor mistaken for damage.
+        """
+        head = list(
+            await self._reader.execute_fetchall("SELECT seq, hash FROM log_head WHERE id = 1")
+        )
+        if not head or not isinstance(head[0][0], int):
+            return ChainReport(
+                ok=False, rows=0, first_bad_seq=1, problem="the log's head row is missing"
+            )
+        head_seq, head_hash = head[0]
         verifier = ChainVerifier()
         position = 0
         while True:
             batch = await self._reader.execute_fetchall(
                 "SELECT seq, stream, version, tag, schema_version, recorded_at_ms, payload,"
-                " hash FROM events WHERE seq > ? ORDER BY seq LIMIT 5000",
-                (position,),
+                " hash FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
+                (position, head_seq),
             )
-            rows = [ChainRow(*r) for r in batch]  # type: ignore[arg-type]
+            rows = [ChainRow(*r) for r in batch]
             if not rows:
                 break
             if not all(verifier.feed(row) for row in rows):
                 break
             position = rows[-1].seq
-        return verifier.finish(int(head_seq), bytes(head_hash))
+        if verifier.failure is None and position == head_seq:
+            # Rows past the head cannot come from an append (it moves the head in the
+            # same transaction): unless the head moved meanwhile, they were inserted
+            # behind the log's back. One statement, so one snapshot of both.
+            ((beyond, now_head),) = await self._reader.execute_fetchall(
+                "SELECT (SELECT MIN(seq) FROM events WHERE seq > ?),"
+                " (SELECT seq FROM log_head WHERE id = 1)",
+                (head_seq,),
+            )
+            if beyond is not None and now_head == head_seq:
+                return ChainReport(
+                    ok=False,
+                    rows=verifier.rows,
+                    first_bad_seq=int(beyond),
+                    problem=f"row {beyond} lies past the log's head (row {head_seq});"
+                    " it was not written by an append",
+                )
+        return verifier.finish(int(head_seq), head_hash)
 
-    async def rebuild(self, batch_size: int = 5000) -> int:
+    async def rebuild(self, batch_size: int = READ_BATCH) -> int:
         """Recreate every read model from the log in one transaction."""
         async with self._write_lock:
             await self._db.execute("BEGIN IMMEDIATE")
@@ -325,7 +451,7 @@ class SqliteEventStore(EventStore):
                     rows = await self._db.execute_fetchall(
                         f"{_SELECT} WHERE seq > ? ORDER BY seq LIMIT ?", (position, batch_size)
                     )
-                    batch = [_to_recorded(r) for r in rows]
+                    batch = _decode_rows(rows)
                     if not batch:
                         break
                     for projector in self._projectors:
@@ -337,3 +463,6 @@ class SqliteEventStore(EventStore):
                 await self._rollback()
                 raise
         return count
+
+
+__all__ = ["READ_BATCH", "Projector", "SqliteEventStore", "Synchronous"]

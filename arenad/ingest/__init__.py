@@ -1,0 +1,59 @@
+"""Live file ingestion: growing files (and a child's stdout) into ``events.ingest`` events.
+
+Knows nothing of SQL, cells or the ledger: it hands batches of events to an async
+sink and resumes from positions folded out of the events the sink accepted.
+
+- :mod:`~arenad.ingest.offsets` — pure fold: recorded events → where each file resumes.
+- :mod:`~arenad.ingest.lines` — pure: bytes → line events (length, partial, kinds).
+- :mod:`~arenad.ingest.tailer` — one file: bounded reads, truncation, snapshots.
+- :mod:`~arenad.ingest.watcher` — run dirs: watchdog + rescans, batching, close.
+- :mod:`~arenad.ingest.stream` — a child's stdout lines through the same sink.
+"""
+
+from arenad.ingest.lines import LineSplitter, classify_line, parse_lines, split_lines
+from arenad.ingest.offsets import (
+    IngestPosition,
+    Positions,
+    advance,
+    file_key,
+    fold_positions,
+    line_end,
+)
+from arenad.ingest.stream import StreamIngester
+from arenad.ingest.tailer import FileTailer, Mode
+from arenad.ingest.watcher import (
+    GlobSelection,
+    RunDirWatcher,
+    Sink,
+    WatchSource,
+    file_source,
+    first_subdirectory,
+    supervisor_run_dir,
+    supervisor_selection,
+    supervisor_source,
+)
+
+__all__ = [
+    "FileTailer",
+    "GlobSelection",
+    "IngestPosition",
+    "LineSplitter",
+    "Mode",
+    "Positions",
+    "RunDirWatcher",
+    "Sink",
+    "StreamIngester",
+    "WatchSource",
+    "advance",
+    "classify_line",
+    "file_key",
+    "file_source",
+    "first_subdirectory",
+    "fold_positions",
+    "line_end",
+    "parse_lines",
+    "split_lines",
+    "supervisor_run_dir",
+    "supervisor_selection",
+    "supervisor_source",
+]

@@ -1,0 +1,645 @@
+"""Watch run directories and turn their growing files into ingest events.
+
+:class:`RunDirWatcher` owns one :class:`~arenad.ingest.tailer.FileTailer` per
+selected file under one or more :class:`WatchSource` roots. It wakes on watchdog
+(inotify) notifications *and* on a periodic rescan, so a missed notification
+delays at most one rescan interval and loses nothing; files that appear after
+start (new workers) are picked up by the rescan a creation triggers.
+
+Delivery is batched: each sink call carries the lines available now across all
+files, at most ``max_batch_events`` events or about ``max_batch_bytes`` line bytes
+(a single longer line still goes whole). Positions advance only after the sink
+returns, so a crash between read and commit re-reads the same bytes on restart:
+together with a log that commits each batch atomically, every line is recorded
+exactly once. A sink that raises stops the watcher: nothing of that batch is
+committed, :attr:`RunDirWatcher.failure` holds the error and :meth:`close`
+re-raises it; restart a new watcher from :attr:`RunDirWatcher.positions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+
+from arenad.ingest.offsets import (
+    FileKey,
+    IngestPosition,
+    Positions,
+    closed_files,
+)
+from arenad.ingest.tailer import DEFAULT_CHUNK_SIZE, FileTailer, Mode
+from events.base import Event
+from events.ingest import IngestionClosed
+
+log = logging.getLogger(__name__)
+
+
+def _quiet_unschedule_race(record: logging.LogRecord) -> bool:
+    # watchdog logs this at ERROR when a watch is unscheduled while its emitter
+    # thread is between reads (busy mode does that on purpose); it is harmless.
+    return "called when the thread is inactive" not in str(record.msg)
+
+
+logging.getLogger("watchdog.observers.inotify").addFilter(_quiet_unschedule_race)
+
+Sink = Callable[[list[Event]], Awaitable[None]]
+"""``async def sink(events) -> None``: make the events durable, or raise."""
+
+RootResolver = Callable[[], Path | None]
+"""Where a source's root is, or ``None`` while it does not exist yet."""
+
+Clock = Callable[[], int]
+
+DEFAULT_MAX_BATCH_EVENTS = 5_000
+DEFAULT_MAX_BATCH_BYTES = 4 << 20
+DEFAULT_RESCAN_INTERVAL = 0.5
+DEFAULT_BUSY_RATE = 2_000.0
+DEFAULT_BUSY_INTERVAL = 0.02
+_BUSY_WINDOW = 0.1
+
+
+def wall_clock_ms() -> int:
+    """The default clock for ``observed_at_ms``."""
+    return time.time_ns() // 1_000_000
+
+
+# -- selection ---------------------------------------------------------------------
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+def _segments(pattern: str) -> tuple[str, ...]:
+    segs = tuple(s for s in pattern.split("/") if s)
+    if not segs or any(s in (".", "..", "**") for s in segs):
+        raise ValueError(f"unsupported selection pattern {pattern!r}")
+    return segs
+
+
+@dataclass(frozen=True)
+class GlobSelection:
+    """Which files under a root are ingested, and how.
+
+    Patterns are ``/``-separated relative paths; each segment is an
+    :func:`fnmatch.fnmatchcase` pattern matching exactly one path component
+    (``workers/*.ndjson`` matches ``workers/a.ndjson``, not
+    ``workers/x/a.ndjson``; there is no ``**``). ``exclude`` wins over
+    ``snapshots``, which win over ``lines``.
+    """
+
+    lines: tuple[str, ...] = ()
+    snapshots: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    _compiled: tuple[tuple[tuple[str, ...], Mode], ...] = field(
+        init=False, repr=False, compare=False
+    )
+    _excluded: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        compiled = tuple((_segments(p), "snapshot") for p in self.snapshots) + tuple(
+            (_segments(p), "lines") for p in self.lines
+        )
+        object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_excluded", tuple(_segments(p) for p in self.exclude))
+
+    @property
+    def recursive(self) -> bool:
+        """Whether any pattern reaches below the root (the watch must recurse)."""
+        return any(len(segs) > 1 for segs, _ in self._compiled)
+
+    def classify(self, relpath: str) -> Mode | None:
+        """The mode a relative path is ingested in, or ``None`` if it is not selected."""
+        parts = tuple(relpath.split("/"))
+        if any(_matches(segs, parts) for segs in self._excluded):
+            return None
+        for segs, mode in self._compiled:
+            if _matches(segs, parts):
+                return mode
+        return None
+
+    def scan(self, root: str | os.PathLike[str]) -> dict[str, Mode]:
+        """The selected regular files under ``root`` now: ``{relpath: mode}``."""
+        base = os.fspath(root)
+        found: dict[str, Mode] = {}
+        for segs, _ in self._compiled:
+            for rel in _expand(base, segs, ""):
+                if rel not in found:
+                    mode = self.classify(rel)
+                    if mode is not None:
+                        found[rel] = mode
+        return found
+
+
+def _matches(segs: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    return len(segs) == len(parts) and all(
+        fnmatch.fnmatchcase(p, s) for s, p in zip(segs, parts, strict=True)
+    )
+
+
+def _expand(base: str, segs: tuple[str, ...], prefix: str) -> Iterator[str]:
+    seg, rest = segs[0], segs[1:]
+    if _MAGIC.search(seg) is None:
+        full = os.path.join(base, seg)
+        if rest:
+            if os.path.isdir(full):
+                yield from _expand(full, rest, f"{prefix}{seg}/")
+        elif os.path.isfile(full):
+            yield prefix + seg
+        return
+    try:
+        with os.scandir(base) as it:
+            entries = sorted(
+                (e for e in it if fnmatch.fnmatchcase(e.name, seg)), key=lambda e: e.name
+            )
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if rest:
+                if entry.is_dir():
+                    yield from _expand(entry.path, rest, f"{prefix}{entry.name}/")
+            elif entry.is_file():
+                yield prefix + entry.name
+        except OSError:
+            continue
+
+
+def supervisor_selection() -> GlobSelection:
+    """A loops supervisor run dir (rollout-v1 §6).
+
+    Lines: ``journal.jsonl``, ``workers/*.ndjson`` (but not the
+    ``workers/*.inbox.ndjson`` inboxes, which are not workers), ``progress.ndjson``.
+    Snapshot: ``state.json``.
+    """
+    return GlobSelection(
+        lines=("journal.jsonl", "workers/*.ndjson", "progress.ndjson"),
+        snapshots=("state.json",),
+        exclude=("workers/*.inbox.ndjson",),
+    )
+
+
+def first_subdirectory(*parents: Path) -> RootResolver:
+    """A resolver: the first (by name) subdirectory of the first parent that has one."""
+
+    def resolve() -> Path | None:
+        for parent in parents:
+            try:
+                with os.scandir(parent) as it:
+                    names = sorted(e.name for e in it if e.is_dir())
+            except OSError:
+                continue
+            if names:
+                return parent / names[0]
+        return None
+
+    return resolve
+
+
+def supervisor_run_dir(workspace: Path) -> RootResolver:
+    """``<ws>/.agent/supervisor/<id>/``, else ``<ws>/.loops/supervisor/<id>/``.
+
+    Like the reference readers: try ``.agent`` then ``.loops``, take the first
+    subdirectory. The directory appears only once the driver started; a watcher
+    keeps resolving until it does, then stays on the directory it found.
+    """
+    return first_subdirectory(
+        workspace / ".agent" / "supervisor", workspace / ".loops" / "supervisor"
+    )
+
+
+@dataclass(frozen=True)
+class WatchSource:
+    """A root to watch: its events' ``source``, the root (or how to find it), the files."""
+
+    name: str
+    root: Path | RootResolver
+    selection: GlobSelection
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name:
+            raise ValueError(f"source name must be non-empty without ':': {self.name!r}")
+
+    def resolve(self) -> Path | None:
+        if isinstance(self.root, Path):
+            return self.root if self.root.is_dir() else None
+        return self.root()
+
+
+def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
+    """The supervisor run dir under ``workspace``, discovered when it appears."""
+    return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
+
+
+def file_source(name: str, file: Path, mode: Mode = "lines") -> WatchSource:
+    """One file (e.g. ``<run>/brain.jsonl`` as source ``brain``), path = its name."""
+    if mode == "snapshot":
+        selection = GlobSelection(snapshots=(glob_escape(file.name),))
+    else:
+        selection = GlobSelection(lines=(glob_escape(file.name),))
+    return WatchSource(name, file.parent, selection)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` as a pattern matching only itself."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+# -- the watcher -------------------------------------------------------------------
+
+_WATCHED_EVENTS: list[type[FileSystemEvent]] = [
+    FileModifiedEvent,
+    FileCreatedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+]
+"""No open/close-nowrite events: the watcher's own reads must not wake it."""
+
+
+class _Waker(FileSystemEventHandler):
+    """Runs on watchdog's thread: only flips flags and pokes the loop."""
+
+    def __init__(self, notify: Callable[[bool], None]) -> None:
+        self._notify = notify
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self._notify(event.is_directory or event.event_type != "modified")
+
+
+@dataclass
+class IngestStats:
+    """Counters for benchmarks and diagnostics (committed batches only)."""
+
+    batches: int = 0
+    events: int = 0
+    bytes: int = 0
+    busy_periods: int = 0
+
+
+@dataclass
+class _Root:
+    source: WatchSource
+    path: Path | None = None
+    watched: bool = False
+
+
+class RunDirWatcher:
+    """Tails the selected files of some roots into ``sink``; see the module docstring."""
+
+    def __init__(
+        self,
+        sources: Sequence[WatchSource],
+        sink: Sink,
+        *,
+        positions: Positions | None = None,
+        rescan_interval: float = DEFAULT_RESCAN_INTERVAL,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        clock: Clock | None = wall_clock_ms,
+        inotify: bool = True,
+        busy_rate: float = DEFAULT_BUSY_RATE,
+        busy_interval: float = DEFAULT_BUSY_INTERVAL,
+    ) -> None:
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate source names: {names}")
+        if positions is not None and positions.closed:
+            raise ValueError("ingestion was already closed for these positions")
+        if min(rescan_interval, max_batch_events, max_batch_bytes, busy_rate, busy_interval) <= 0:
+            raise ValueError("intervals, rates and batch bounds must be positive")
+        self._roots = [_Root(s) for s in sources]
+        self._sink = sink
+        self._initial = positions if positions is not None else Positions()
+        self._rescan_interval = rescan_interval
+        self._max_events = max_batch_events
+        self._max_bytes = max_batch_bytes
+        self._chunk_size = chunk_size
+        self._clock = clock
+        self._use_inotify = inotify
+        self._busy_rate = busy_rate
+        self._busy_interval = busy_interval
+        self._busy = False
+        self._window_start = 0.0
+        self._window_events = 0
+        self._tailers: dict[FileKey, FileTailer] = {}
+        self._order: list[FileTailer] = []
+        self._rr = 0
+        self._observer: BaseObserver | None = None
+        self._handler = _Waker(self._notify_threadsafe)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._wake_requested = False
+        self._rescan_requested = False
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self.stats = IngestStats()
+
+    # -- public --------------------------------------------------------------------
+
+    @property
+    def positions(self) -> Positions:
+        """Committed positions: the initial ones advanced by every batch the sink accepted."""
+        files = dict(self._initial.files)
+        for key, tailer in self._tailers.items():
+            files[key] = tailer.committed
+        return Positions(files=files, closed=self._closed)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The sink's error that stopped the watcher, if any."""
+        return self._failure
+
+    @property
+    def files(self) -> dict[FileKey, Mode]:
+        """The files found so far and their modes."""
+        return {key: t.mode for key, t in self._tailers.items()}
+
+    async def start(self) -> None:
+        """Start watching (returns at once; ingestion runs in a background task)."""
+        if self._task is not None or self._closing:
+            raise RuntimeError("watcher already started")
+        self._loop = asyncio.get_running_loop()
+        if self._use_inotify:
+            try:
+                observer = Observer()
+                observer.start()
+            except OSError as exc:  # e.g. out of inotify instances: rescans still work
+                log.warning("inotify unavailable, ingestion falls back to rescans: %s", exc)
+            else:
+                self._observer = observer
+        self._task = asyncio.create_task(self._run(), name="arenad-ingest-watcher")
+        self._task.add_done_callback(self._task_done)
+
+    async def close(self) -> Positions:
+        """Drain every file to its end and emit IngestionClosed; returns final positions.
+
+        Trailing unterminated lines are ingested flagged ``partial``. Re-raises the
+        sink's error if one stopped the watcher (or occurs while draining).
+        """
+        if self._closed:
+            return self.positions
+        self._closing = True
+        self._wake.set()
+        try:
+            if self._task is not None:
+                with contextlib.suppress(Exception):
+                    await self._task
+            await self._stop_observer()
+            if self._failure is not None:
+                raise self._failure
+            await self._final_drain()
+        finally:
+            for tailer in self._order:
+                tailer.close()
+        self._closed = True
+        return self.positions
+
+    async def wait(self) -> None:
+        """Until the watcher stops: returns after :meth:`close`, raises the sink's error."""
+        if self._task is None:
+            raise RuntimeError("watcher not started")
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._task)
+        if self._failure is not None:
+            raise self._failure
+
+    async def abort(self) -> None:
+        """Stop at once without draining or emitting anything (like a crash would)."""
+        self._closing = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self._stop_observer()
+        for tailer in self._order:
+            tailer.close()
+
+    async def __aenter__(self) -> RunDirWatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.close()
+        else:
+            await self.abort()
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _notify_threadsafe(self, rescan: bool) -> None:
+        # watchdog thread. Flags are plain attributes (atomic under the GIL); the
+        # loop resets them *before* it reads, so a write after the reset always
+        # schedules a new wake and a write before it is seen by the read.
+        if rescan:
+            self._rescan_requested = True
+        if self._wake_requested:
+            return
+        self._wake_requested = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # loop closed
+                loop.call_soon_threadsafe(self._wake.set)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = task.exception()
+            log.error("ingestion stopped: the sink raised %r", self._failure)
+
+    async def _run(self) -> None:
+        # Idle, the watcher sleeps until watchdog reports a change (or the next
+        # rescan). Under load (``busy_rate`` events/s or more) watchdog's per-write
+        # notifications cost more than they save: the watches are dropped and the
+        # files polled every ``busy_interval`` until the rate falls below a quarter
+        # of ``busy_rate``, then the watches come back.
+        loop = asyncio.get_running_loop()
+        next_rescan = loop.time()
+        self._window_start = loop.time()
+        self._window_events = 0
+        while not self._closing:
+            self._wake_requested = False
+            self._wake.clear()
+            now = loop.time()
+            if self._rescan_requested or now >= next_rescan:
+                self._rescan_requested = False
+                await self._rescan()
+                next_rescan = now + self._rescan_interval
+            await self._pump()
+            if self._closing:
+                break
+            now = loop.time()
+            if now - self._window_start >= _BUSY_WINDOW:
+                quiet = self._window_events < self._busy_rate * _BUSY_WINDOW / 4
+                self._window_start, self._window_events = now, 0
+                if self._busy and quiet:
+                    await self._set_busy(False)
+                    continue  # writes made while unwatched got no notification
+            timeout = next_rescan - loop.time()
+            if self._busy:
+                timeout = min(timeout, self._busy_interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, timeout)):
+                    await self._wake.wait()
+
+    async def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        if busy:
+            self.stats.busy_periods += 1
+            observer = self._observer
+            if observer is not None:
+                await asyncio.to_thread(observer.unschedule_all)
+            for root in self._roots:
+                root.watched = False
+        else:
+            for root in self._roots:
+                if root.path is not None and not root.watched:
+                    root.watched = await self._watch(root)
+
+    async def _pump(self) -> None:
+        while not self._closing:
+            batch, nbytes, touched = self._collect()
+            if not batch:
+                break
+            await self._deliver(batch, nbytes, touched)
+            self._window_events += len(batch)
+            if not self._busy and self._window_events >= self._busy_rate * _BUSY_WINDOW:
+                await self._set_busy(True)
+            await asyncio.sleep(0)  # let the loop breathe between batches
+
+    def _collect(self) -> tuple[list[Event], int, list[FileTailer]]:
+        tailers = self._order
+        count = len(tailers)
+        batch: list[Event] = []
+        touched: list[FileTailer] = []
+        nbytes = 0
+        if not count:
+            return batch, nbytes, touched
+        start = self._rr % count
+        self._rr += 1
+        observed = self._clock() if self._clock is not None else None
+        for i in range(count):
+            want = self._max_events - len(batch)
+            room = self._max_bytes - nbytes
+            if want <= 0 or room <= 0:
+                break
+            tailer = tailers[(start + i) % count]
+            events, n = tailer.poll(want, room, observed_at_ms=observed)
+            if events:
+                batch.extend(events)
+                touched.append(tailer)
+                nbytes += n
+        return batch, nbytes, touched
+
+    async def _deliver(self, batch: list[Event], nbytes: int, touched: list[FileTailer]) -> None:
+        try:
+            await self._sink(batch)
+        except BaseException:
+            for tailer in touched:
+                tailer.rollback()
+            raise
+        for tailer in touched:
+            tailer.commit()
+        self.stats.batches += 1
+        self.stats.events += len(batch)
+        self.stats.bytes += nbytes
+
+    async def _rescan(self) -> None:
+        for root in self._roots:
+            if root.path is None:
+                root.path = root.source.resolve()
+                if root.path is None:
+                    continue
+            if not root.watched and not self._busy:
+                root.watched = await self._watch(root)
+            name = root.source.name
+            for rel, mode in root.source.selection.scan(root.path).items():
+                key = (name, rel)
+                if key not in self._tailers:
+                    tailer = FileTailer(
+                        name,
+                        rel,
+                        root.path / rel,
+                        mode,
+                        self._initial.files.get(key),
+                        chunk_size=self._chunk_size,
+                    )
+                    self._tailers[key] = tailer
+                    self._order.append(tailer)
+
+    async def _watch(self, root: _Root) -> bool:
+        observer = self._observer
+        if observer is None or root.path is None:
+            return True
+        try:
+            await asyncio.to_thread(
+                observer.schedule,
+                self._handler,
+                str(root.path),
+                recursive=root.source.selection.recursive,
+                event_filter=_WATCHED_EVENTS,
+            )
+        except OSError as exc:  # gone again, or out of watches: rescans still work
+            log.warning("cannot watch %s, relying on rescans: %s", root.path, exc)
+        return True
+
+    async def _stop_observer(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+
+            def stop() -> None:
+                observer.stop()
+                observer.join(timeout=10)
+
+            await asyncio.to_thread(stop)
+
+    async def _final_drain(self) -> None:
+        await self._rescan()
+        while True:
+            batch, nbytes, touched = self._collect()
+            if not batch:
+                break
+            await self._deliver(batch, nbytes, touched)
+        batch = []
+        touched = []
+        nbytes = 0
+        observed = self._clock() if self._clock is not None else None
+        for tailer in self._order:
+            events, n = tailer.drain(observed_at_ms=observed)
+            if events:
+                batch.extend(events)
+                touched.append(tailer)
+                nbytes += n
+        final: dict[FileKey, IngestPosition] = dict(self._initial.files)
+        for key, tailer in self._tailers.items():
+            final[key] = tailer.pending
+        batch.append(IngestionClosed(files=closed_files(final)))
+        await self._deliver(batch, nbytes, touched)

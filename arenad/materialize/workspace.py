@@ -1,0 +1,113 @@
+"""What both materializers share: the error, the result, and the work-branch steps."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from arenad.errors import ArenadError
+from arenad.proc import CommandError, RunResult, run_ok
+
+GIT_TIMEOUT_S = 120.0
+WORK_BRANCH = "hh-work"
+
+Stage = Literal[
+    "config",
+    "clone-fail",
+    "create-fail",
+    "cp-fail",
+    "no-git",
+    "reset-fail",
+    "branch-fail",
+    "checkout-fail",
+    "status-fail",
+]
+
+
+class MaterializeError(ArenadError):
+    """A workspace could not be materialized; ``stage`` names the step (seed labels)."""
+
+    def __init__(self, stage: Stage, message: str) -> None:
+        super().__init__(f"{stage}: {message}")
+        self.stage: Stage = stage
+        self.message = message
+
+
+class MaterializeResult(msgspec.Struct, frozen=True, kw_only=True):
+    workspace: str
+    head: str
+    # `git status --porcelain` was empty after checkout.
+    clean: bool
+    materializer: Literal["image", "git"]
+    # The image or source it came from (and, for images, the container used).
+    detail: str
+
+
+async def git_step(
+    stage: Stage,
+    argv: Sequence[str],
+    *,
+    git: str = "git",
+    timeout_s: float = GIT_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run ``git <argv>``; a failure becomes MaterializeError(stage)."""
+    return await command_step(stage, [git, *argv], timeout_s=timeout_s, env=env)
+
+
+async def command_step(
+    stage: Stage,
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run ``argv`` to success; a failure becomes MaterializeError(stage)."""
+    try:
+        return await run_ok(argv, timeout_s, stage=stage, env=env)
+    except CommandError as exc:
+        raise MaterializeError(stage, str(exc)) from exc
+
+
+def prepare_dest(dest: Path) -> None:
+    """Make ``dest``'s parent and remove any previous ``dest``: materialize owns it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
+
+
+async def checkout_work_branch(
+    ws: Path,
+    base: str,
+    *,
+    git: str = "git",
+    timeout_s: float = GIT_TIMEOUT_S,
+) -> tuple[str, bool]:
+    """reset --hard base, clean (tolerated), branch -f hh-work base, checkout; (HEAD, clean)."""
+    w = os.fspath(ws)
+    await git_step(
+        "reset-fail", ["-C", w, "reset", "-q", "--hard", base], git=git, timeout_s=timeout_s
+    )
+    with contextlib.suppress(CommandError):  # the seed tolerates a failed clean
+        await run_ok([git, "-C", w, "clean", "-qfd"], timeout_s, stage="clean")
+    await git_step(
+        "branch-fail", ["-C", w, "branch", "-f", WORK_BRANCH, base], git=git, timeout_s=timeout_s
+    )
+    await git_step(
+        "checkout-fail", ["-C", w, "checkout", "-q", WORK_BRANCH], git=git, timeout_s=timeout_s
+    )
+    head = await git_step(
+        "status-fail", ["-C", w, "rev-parse", "HEAD"], git=git, timeout_s=timeout_s
+    )
+    status = await git_step(
+        "status-fail", ["-C", w, "status", "--porcelain"], git=git, timeout_s=timeout_s
+    )
+    return head.stdout_text.strip(), status.stdout.strip() == b""

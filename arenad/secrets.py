@@ -1,0 +1,92 @@
+"""The secrets wrapper and the verify gate's secret stripping.
+
+Model-touching children run as ``<wrapper> -f <file>… -- bash -c <auth bootstrap + script>``
+with cwd = the secrets dir (the seed's dotenvxBash; wrapper default ``dotenvx run``). arenad
+handles env *names* and file *names* only: it never opens an env file or the auth file — the
+key values are expanded inside the wrapper's child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from events.specs import SecretsSpec
+
+# Inside the wrapper's child: hand opencode the ambient auth.json's content (the cell's HOME
+# is private, so opencode would not find it otherwise). Exact text of the seed.
+AUTH_BOOTSTRAP = "\n".join(
+    [
+        'if [ -n "${SWE_ARENA_OPENCODE_AUTH_FILE:-}" ] && [ -r "$SWE_ARENA_OPENCODE_AUTH_FILE" ];'
+        " then",
+        '  export OPENCODE_AUTH_CONTENT="$(cat -- "$SWE_ARENA_OPENCODE_AUTH_FILE")"',
+        "fi",
+    ]
+)
+
+# Provider secrets the verify gate must not see (compared case-insensitively).
+SECRET_PREFIXES: tuple[str, ...] = (
+    "ANTHROPIC_",
+    "OPENAI_",
+    "TANGLE_",
+    "INTELLIGENCE_",
+    "ZAI_",
+    "Z_AI_",
+    "OPENROUTER_",
+    "GROQ_",
+    "DEEPSEEK_",
+    "MOONSHOT_",
+    "XAI_",
+    "GEMINI_",
+)
+SECRET_SUFFIXES: tuple[str, ...] = ("_API_KEY", "_AUTH_TOKEN")
+SECRET_NAMES: frozenset[str] = frozenset({"INTELLIGENCE_BASE"})
+
+
+class WrappedCommand(NamedTuple):
+    argv: list[str]
+    # None: run in the caller's chosen cwd (no wrapper configured).
+    cwd: str | None
+
+
+def shq(value: str) -> str:
+    """Single-quote ``value`` for bash, always (``'`` becomes ``'\\''``)."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def wrap_bash(secrets: SecretsSpec | None, script: str) -> WrappedCommand:
+    """argv and cwd that run ``script`` under the secrets wrapper.
+
+    With secrets: ``[*wrapper, -f f1, -f f2, --, bash, -c, AUTH_BOOTSTRAP + "\\n" + script]``,
+    cwd = the secrets dir (env files resolve relative to it). Without: ``[bash, -c, script]``.
+    """
+    if secrets is None:
+        return WrappedCommand(argv=["bash", "-c", script], cwd=None)
+    argv = list(secrets.wrapper)
+    for name in secrets.env_files:
+        argv += ["-f", name]
+    argv += ["--", "bash", "-c", f"{AUTH_BOOTSTRAP}\n{script}"]
+    return WrappedCommand(argv=argv, cwd=secrets.dir)
+
+
+def is_provider_secret(name: str) -> bool:
+    upper = name.upper()
+    return (
+        upper in SECRET_NAMES
+        or upper.startswith(SECRET_PREFIXES)
+        or upper.endswith(SECRET_SUFFIXES)
+    )
+
+
+def strip_provider_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without provider secrets (by name; values are never looked at)."""
+    return {k: v for k, v in env.items() if not is_provider_secret(k)}
+
+
+def stripped_names(env: Mapping[str, str]) -> list[str]:
+    """The names strip_provider_secrets would remove (safe to log: names only)."""
+    return sorted(k for k in env if is_provider_secret(k))
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    return " ".join(shq(a) for a in argv)

@@ -1,0 +1,117 @@
+"""The seed's parseOcUsage as a pure fold over opencode ``--format json`` stream objects.
+
+Every object whose ``part`` is an object and whose ``part.tokens`` is an object counts as a
+step: input/output/reasoning/cache.write/cache.read are summed, ``max_ctx`` is the largest
+``tokens.total``, ``part.cost`` is summed and rounded as JS ``Number(x.toFixed(6))``, and
+``total_io`` = in + out + reasoning. Non-numbers count as 0 (as the seed's ``num``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
+
+from events.cell import SoloUsage
+
+
+def _num(value: Any) -> float | int:
+    """JS ``typeof v === 'number' ? v : 0``; bools are not numbers; NaN/inf count as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return value
+
+
+def _is_object(value: Any) -> bool:
+    """JS ``typeof v === 'object' && v !== null``: dicts and arrays."""
+    return isinstance(value, dict | list)
+
+
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def js_to_fixed_number(x: float, digits: int = 6) -> float:
+    """``Number(x.toFixed(digits))``: the integer n nearest x·10^d (ties: the larger n), /10^d.
+
+    Exact on the binary value, like JS; Python's ``f"{x:.6f}"`` rounds ties to even instead
+    (0.0078125 gives 0.007812 there, 0.007813 in JS).
+    """
+    if not math.isfinite(x):
+        return x
+    scale = 10**digits
+    n = math.floor(Fraction(x) * scale + Fraction(1, 2))
+    return float(Fraction(n, scale))
+
+
+def _as_int(x: float | int) -> int:
+    return x if isinstance(x, int) else round(x)
+
+
+def fold_oc_usage(objects: Iterable[Any]) -> SoloUsage:
+    """Sum the token parts of already-parsed stream objects into SoloUsage."""
+    steps = 0
+    inp: float | int = 0
+    out: float | int = 0
+    rea: float | int = 0
+    cw: float | int = 0
+    cr: float | int = 0
+    max_tot: float | int = 0
+    cost: float | int = 0
+    for o in objects:
+        part = _get(o, "part")
+        if not _is_object(part):
+            continue
+        tokens = _get(part, "tokens")
+        if not _is_object(tokens):
+            continue
+        steps += 1
+        inp += _num(_get(tokens, "input"))
+        out += _num(_get(tokens, "output"))
+        rea += _num(_get(tokens, "reasoning"))
+        cache = _get(tokens, "cache")
+        cw += _num(_get(cache, "write"))
+        cr += _num(_get(cache, "read"))
+        max_tot = max(max_tot, _num(_get(tokens, "total")))
+        cost += _num(_get(part, "cost"))
+    return SoloUsage(
+        steps=steps,
+        tokens_in=_as_int(inp),
+        tokens_out=_as_int(out),
+        reasoning=_as_int(rea),
+        cache_w=_as_int(cw),
+        cache_r=_as_int(cr),
+        max_ctx=_as_int(max_tot),
+        oc_cost=js_to_fixed_number(float(cost)),
+        total_io=_as_int(inp + out + rea),
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    # JSON.parse rejects NaN / Infinity; so does the seed's line filter.
+    raise ValueError(f"not JSON: {name}")
+
+
+def parse_jsonl_objects(text: str | bytes) -> list[Any]:
+    """The seed's line handling: trimmed lines starting with ``{`` that parse as JSON."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    objects: list[Any] = []
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            objects.append(json.loads(line, parse_constant=_reject_constant))
+        except ValueError:
+            continue
+    return objects
+
+
+def parse_oc_usage(jsonl: str | bytes) -> SoloUsage:
+    """parseOcUsage on a whole ``oc.jsonl`` text."""
+    return fold_oc_usage(parse_jsonl_objects(jsonl))

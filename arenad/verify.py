@@ -1,0 +1,74 @@
+"""The verify gate: ``bash -c <verify_cmd>`` in the workspace, provider secrets stripped.
+
+A test must not pass only because a key leaked in, so the gate's env loses every provider
+secret *name* (arenad.secrets). Output goes to ``verify.log``: stdout, then stderr, as the seed
+writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from arenad.proc import DEFAULT_KILL_GRACE_S, run
+from arenad.secrets import strip_provider_secrets, stripped_names
+
+VERIFY_TIMEOUT_S = 600.0
+
+
+class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
+    rc: int
+    passed: bool
+    timed_out: bool
+    aborted: bool
+    wall_s: float
+    log_path: str
+    # Names (never values) removed from the gate's env.
+    stripped: list[str]
+
+
+async def run_verify(
+    verify_cmd: str,
+    ws: str | os.PathLike[str],
+    log_path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = VERIFY_TIMEOUT_S,
+    kill_grace_s: float = DEFAULT_KILL_GRACE_S,
+    abort_event: asyncio.Event | None = None,
+) -> VerifyResult:
+    """Run the verify command; ``env`` (default: ours) is passed with provider secrets removed."""
+    base = dict(os.environ if env is None else env)
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    err_path = log.with_name(log.name + ".stderr")
+    try:
+        result = await run(
+            ["bash", "-c", verify_cmd],
+            cwd=ws,
+            env=strip_provider_secrets(base),
+            timeout_s=timeout_s,
+            kill_grace_s=kill_grace_s,
+            stdout_path=log,
+            stderr_path=err_path,
+            abort_event=abort_event,
+            capture_limit=0,
+        )
+        with open(log, "ab") as out, open(err_path, "rb") as err:
+            shutil.copyfileobj(err, out)
+    finally:
+        err_path.unlink(missing_ok=True)
+    return VerifyResult(
+        rc=result.code,
+        passed=result.code == 0 and not result.timed_out and not result.aborted,
+        timed_out=result.timed_out,
+        aborted=result.aborted,
+        wall_s=result.wall_s,
+        log_path=os.fspath(log),
+        stripped=stripped_names(base),
+    )

@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from arenad.ledger.js import js_stringify
+from arenad.ledger.opencode_transcript import (
+    capture_chat_messages,
+    opencode_chat_messages,
+    opencode_session_info,
+)
+from events.capture import AgentSessionCaptured, MessageRow, PartRow
+
+
+class Session:
+    """Rows as the capture holds them: message/part data as JSON text."""
+
+    def __init__(self) -> None:
+        self.messages: list[MessageRow] = []
+        self.parts: list[PartRow] = []
+        self._t = 0
+
+    def message(self, data: Any, *, mid: str | None = None, t: int | None = None) -> str:
+        self._t += 1
+        mid = mid or f"msg_{self._t:03d}"
+        text = data if isinstance(data, str) else json.dumps(data)
+        self.messages.append(
+            MessageRow(id=mid, time_created=self._t if t is None else t, data=text)
+        )
+        return mid
+
+    def parts_of(self, mid: str, *parts: Any) -> None:
+        for i, part in enumerate(parts):
+            text = part if isinstance(part, str) else json.dumps(part)
+            self.parts.append(PartRow(id=f"prt_{mid}_{i:03d}", message_id=mid, data=text))
+
+    def user(self, *parts: Any) -> str:
+        mid = self.message({"role": "user", "agent": "build"})
+        self.parts_of(mid, *parts)
+        return mid
+
+    def assistant(self, *parts: Any) -> str:
+        mid = self.message({"role": "assistant", "modelID": "mock"})
+        self.parts_of(mid, *parts)
+        return mid
+
+    def chat(self) -> list[dict[str, Any]]:
+        return opencode_chat_messages(self.messages, self.parts)
+
+
+def text(t: Any, **extra: Any) -> dict[str, Any]:
+    return {"type": "text", "text": t, **extra}
+
+
+def reasoning(t: Any) -> dict[str, Any]:
+    return {"type": "reasoning", "text": t, "time": {"start": 1}}
+
+
+def tool(call_id: Any, name: Any = "bash", state: Any = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "tool", "callID": call_id, "tool": name}
+    if state is not None:
+        part["state"] = state
+    return part
+
+
+def done(inp: Any, out: Any) -> dict[str, Any]:
+    return {"status": "completed", "input": inp, "output": out, "title": "t", "metadata": {}}
+
+
+START = {"type": "step-start", "snapshot": "abc"}
+FINISH = {"type": "step-finish", "reason": "stop", "cost": 0, "tokens": {"input": 1}}
+
+
+def test_user_text_parts_joined_and_pushed_even_when_empty() -> None:
+    s = Session()
+    s.user(text("a"), {"type": "file", "mime": "text/plain"}, text(""), text("b", synthetic=True))
+    s.user()
+    s.user({"type": "agent", "name": "x"}, text(5))
+    assert s.chat() == [
+        {"role": "user", "content": "a\n\nb"},
+        {"role": "user", "content": ""},
+        {"role": "user", "content": ""},
+    ]
+
+
+def test_one_assistant_row_spanning_steps_is_split_at_step_start() -> None:
+    s = Session()
+    s.assistant(
+        reasoning("plan"),  # before the first step-start: an implicit step
+        START,
+        text("Let me read it."),
+        tool("call_1", "read", done({"filePath": "a.py"}, "x = 1")),
+        tool("call_2", "bash", done({"command": "ls"}, "a.py")),
+        FINISH,
+        START,
+        {"type": "snapshot", "snapshot": "s"},
+        {"type": "patch", "hash": "h", "files": []},
+        text("done"),
+        FINISH,
+    )
+    assert s.chat() == [
+        {"role": "assistant", "content": None, "reasoning_content": "plan"},
+        {
+            "role": "assistant",
+            "content": "Let me read it.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read", "arguments": '{"filePath":"a.py"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command":"ls"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "name": "read", "content": "x = 1"},
+        {"role": "tool", "tool_call_id": "call_2", "name": "bash", "content": "a.py"},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+def test_one_row_per_step_reads_the_same_as_one_row_for_all_steps() -> None:
+    step1 = [START, reasoning("think"), text("Let me read it."), tool("c1", "read", done({}, "o"))]
+    step2 = [START, text("done"), FINISH]
+    combined = Session()
+    combined.user(text("go"))
+    combined.assistant(*step1, FINISH, *step2)
+    per_step = Session()  # opencode 1.18.33: one assistant message per model step
+    per_step.user(text("go"))
+    per_step.assistant(*step1, FINISH)
+    per_step.assistant(*step2)
+    assert combined.chat() == per_step.chat()
+    assert js_stringify(combined.chat()) == js_stringify(per_step.chat())
+    assert len(per_step.chat()) == 4
+
+
+def test_key_order_is_exact_in_the_bytes() -> None:
+    s = Session()
+    s.assistant(START, tool("c1", "read", done({"b": 1, "a": 2}, "out")), reasoning("r"), text("t"))
+    assert [js_stringify(m) for m in s.chat()] == [
+        '{"role":"assistant","content":"t","reasoning_content":"r","tool_calls":[{"id":"c1",'
+        '"type":"function","function":{"name":"read","arguments":"{\\"b\\":1,\\"a\\":2}"}}]}',
+        '{"role":"tool","tool_call_id":"c1","name":"read","content":"out"}',
+    ]
+
+
+def test_text_and_reasoning_joining() -> None:
+    s = Session()
+    s.assistant(START, text(""), text("x"), reasoning(""), reasoning("r1"), reasoning("r2"))
+    s.assistant(START, text(""), text(""))
+    s.assistant(START, text(""))  # nothing: skipped
+    s.assistant(START, reasoning(""), text(None), {"type": "file", "mime": "image/png"})
+    assert s.chat() == [
+        {"role": "assistant", "content": "\nx", "reasoning_content": "r1\nr2"},
+        {"role": "assistant", "content": "\n"},
+    ]
+
+
+def test_tool_call_and_result_rules() -> None:
+    s = Session()
+    s.assistant(
+        START,
+        tool("c_none", None, {"status": "pending", "input": None}),
+        {"type": "tool", "callID": "c_missing"},
+        tool("c_obj", "x", {"status": "completed", "input": {"2": 0, "1": 1}, "output": {"a": 1}}),
+        tool("c_num", "x", {"status": "completed", "input": [1.0], "output": 3.0}),
+        tool("c_err", "x", {"status": "error", "input": {}, "error": "rejected"}),
+        tool("c_null", "x", {"status": "completed", "input": {}, "output": None}),
+        tool("c_str_state", "x", "weird"),
+        tool(7, "not a call"),
+        {"type": "tool", "tool": "no call id"},
+    )
+    out = s.chat()
+    assert [c["function"] for c in out[0]["tool_calls"]] == [
+        {"name": "unknown", "arguments": "{}"},
+        {"name": "unknown", "arguments": "{}"},
+        {"name": "x", "arguments": '{"1":1,"2":0}'},
+        {"name": "x", "arguments": "[1]"},
+        {"name": "x", "arguments": "{}"},
+        {"name": "x", "arguments": "{}"},
+        {"name": "x", "arguments": "{}"},
+    ]
+    assert out[0]["content"] is None and "reasoning_content" not in out[0]
+    assert [(m["tool_call_id"], m["name"], m["content"]) for m in out[1:]] == [
+        ("c_none", "unknown", ""),
+        ("c_missing", "unknown", ""),
+        ("c_obj", "x", '{"a":1}'),
+        ("c_num", "x", "3"),
+        ("c_err", "x", ""),  # state.error is ignored
+        ("c_null", "x", ""),
+        ("c_str_state", "x", ""),
+    ]
+
+
+def test_bad_rows_are_skipped() -> None:
+    s = Session()
+    s.message("{not json")
+    s.message("[1, 2]")
+    s.message({"role": "system"})
+    mid = s.user("{broken", "null", text("kept"))
+    s.parts_of("msg_orphan", text("orphan"))
+    assert mid
+    assert s.chat() == [{"role": "user", "content": "kept"}]
+
+
+def test_messages_by_time_then_id_and_parts_by_id() -> None:
+    s = Session()
+    later = s.message({"role": "user"}, mid="msg_b", t=20)
+    first = s.message({"role": "user"}, mid="msg_z", t=10)
+    tie = s.message({"role": "user"}, mid="msg_a", t=20)
+    s.parts.extend(
+        [
+            PartRow(id="prt_2", message_id=later, data=json.dumps(text("b2"))),
+            PartRow(id="prt_1", message_id=later, data=json.dumps(text("b1"))),
+            PartRow(id="prt_3", message_id=first, data=json.dumps(text("z"))),
+            PartRow(id="prt_4", message_id=tie, data=json.dumps(text("a"))),
+        ]
+    )
+    assert [m["content"] for m in s.chat()] == ["z", "a", "b1\nb2"]
+
+
+def _capture(s: Session, row: dict[str, Any]) -> AgentSessionCaptured:
+    return AgentSessionCaptured(
+        attempt=1,
+        purpose="solo",
+        store_path="/s",
+        session_id="ses_1",
+        parent_id=None,
+        directory="/w",
+        row=row,
+        messages=s.messages,
+        parts=s.parts,
+    )
+
+
+def test_capture_chat_messages_and_session_info() -> None:
+    s = Session()
+    s.user(text("hi"))
+    row = {
+        "id": "ses_1",
+        "parent_id": "ses_0",
+        "directory": "/w",
+        "agent": "general",
+        "model": '{"id":"glm-5.2","providerID":"zai-coding-plan","variant":"default"}',
+        "time_created": 1_000,
+        "time_updated": 5_600,
+    }
+    cap = _capture(s, row)
+    assert capture_chat_messages(cap) == [{"role": "user", "content": "hi"}]
+    info = opencode_session_info(row)
+    assert (info.model_id, info.provider_id) == ("glm-5.2", "zai-coding-plan")
+    assert (info.parent_id, info.agent, info.directory) == ("ses_0", "general", "/w")
+    assert info.time_updated - info.time_created == 4_600
+    bare = opencode_session_info({"id": "s", "directory": "/w", "model": "not json"})
+    assert (bare.model_id, bare.provider_id, bare.parent_id, bare.agent) == (None,) * 4
+    assert bare.time_created == 0

@@ -1,0 +1,74 @@
+-- table cells
+CREATE TABLE cells (
+cell_id TEXT PRIMARY KEY,
+campaign TEXT NOT NULL,
+instance_id TEXT NOT NULL,
+arm TEXT NOT NULL,
+arm_kind TEXT NOT NULL,
+rep INTEGER NOT NULL,
+attempt INTEGER NOT NULL,
+state TEXT NOT NULL,
+paused INTEGER NOT NULL,
+abort_requested INTEGER NOT NULL,
+submitted_at_ms INTEGER NOT NULL,
+updated_at_ms INTEGER NOT NULL,
+started_at_ms INTEGER,
+ended_at_ms INTEGER,
+wall_s REAL,
+run_rc INTEGER,
+scored INTEGER,
+verify_pass INTEGER,
+patch_lines INTEGER,
+tokens_in INTEGER,
+tokens_out INTEGER,
+cost_usd REAL,
+stream_version INTEGER NOT NULL,
+last_seq INTEGER NOT NULL,
+state_json BLOB NOT NULL
+);
+
+-- table events
+CREATE TABLE events (
+seq INTEGER PRIMARY KEY,
+stream TEXT NOT NULL,
+version INTEGER NOT NULL,
+tag TEXT NOT NULL,
+schema_version INTEGER NOT NULL,
+recorded_at_ms INTEGER NOT NULL,
+payload BLOB NOT NULL,
+hash BLOB NOT NULL,
+UNIQUE (stream, version)
+);
+
+-- table log_head
+CREATE TABLE log_head (
+id INTEGER PRIMARY KEY CHECK (id = 1),
+seq INTEGER NOT NULL,
+hash BLOB NOT NULL
+);
+
+-- table schema_migrations
+CREATE TABLE schema_migrations (
+name TEXT PRIMARY KEY,
+checksum TEXT NOT NULL,
+applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+
+-- index cells_by_identity
+CREATE INDEX cells_by_identity ON cells (campaign, instance_id, arm, rep);
+
+-- index cells_by_state
+CREATE INDEX cells_by_state ON cells (state);
+
+-- trigger events_are_append_only_delete
+CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
+BEGIN
+SELECT RAISE(ABORT, 'events are append-only: DELETE refused');
+END;
+
+-- trigger events_are_append_only_update
+CREATE TRIGGER events_are_append_only_update BEFORE UPDATE ON events
+BEGIN
+SELECT RAISE(ABORT, 'events are append-only: UPDATE refused');
+END;
+

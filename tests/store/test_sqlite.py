@@ -1,0 +1,238 @@
+"""What only the SQLite store promises: pragmas, the (stream, version) backstop,
+append-only triggers, bounded reads, and refusing what it cannot read."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arenad.errors import ConcurrencyError, StoreError
+from arenad.store.base import AppendRequest
+from arenad.store.sqlite import SqliteEventStore
+from tests.store.contract import collect, line, lines
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    s = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def pragma(store: SqliteEventStore, name: str) -> Any:
+    rows = list(await store.connection.execute_fetchall(f"PRAGMA {name}"))
+    return rows[0][0]
+
+
+async def test_wal_normal_and_busy_timeout_by_default(store: SqliteEventStore) -> None:
+    assert await pragma(store, "journal_mode") == "wal"
+    assert await pragma(store, "synchronous") == 1  # NORMAL
+    assert await pragma(store, "busy_timeout") == 10_000
+
+
+async def test_synchronous_full_and_busy_timeout_are_configurable(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(
+        tmp_path / "events.db", synchronous="FULL", busy_timeout_ms=2500
+    )
+    try:
+        assert await pragma(store, "synchronous") == 2  # FULL
+        assert await pragma(store, "busy_timeout") == 2500
+        assert await pragma(store, "journal_mode") == "wal"
+    finally:
+        await store.close()
+
+
+async def test_an_unknown_synchronous_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        await SqliteEventStore.open(tmp_path / "e.db", synchronous="OFF")  # type: ignore[arg-type]
+
+
+async def test_wal_persists_in_the_file(store: SqliteEventStore) -> None:
+    await store.append("s/a", 0, lines(0, 1))
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_two_stores_on_one_file_racing_on_one_stream_never_fork(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    a = await SqliteEventStore.open(path)
+    b = await SqliteEventStore.open(path)
+    try:
+        for round_ in range(30):
+            # Both read the same version, then both append against it.
+            seen = await a.stream_version("cell/x")
+            assert await b.stream_version("cell/x") == seen
+            results = await asyncio.gather(
+                a.append("cell/x", seen, [line(2 * round_)]),
+                b.append("cell/x", seen, [line(2 * round_ + 1)]),
+                return_exceptions=True,
+            )
+            wins = [r for r in results if isinstance(r, list)]
+            losses = [r for r in results if isinstance(r, ConcurrencyError)]
+            assert len(wins) == 1 and len(losses) == 1, results
+            assert losses[0].stream == "cell/x"
+            assert losses[0].actual == seen + 1
+        versions = [r.version for r in await a.read_stream("cell/x")]
+        assert versions == list(range(1, 31))
+        report = await a.verify_chain()
+        assert report.ok, report
+    finally:
+        await a.close()
+        await b.close()
+
+
+class StaleStore(SqliteEventStore):
+    """A writer whose version check reads a stale version (as a cache would): only
+    the UNIQUE(stream, version) key stands between it and a fork."""
+
+    async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int]]:
+        seq, prev, _ = await super()._head_and_versions(streams)
+        return seq, prev, {}
+
+
+async def test_unique_stream_version_is_the_backstop(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    good = await SqliteEventStore.open(path)
+    stale = await StaleStore.open(path)
+    try:
+        await good.append("cell/x", 0, lines(0, 2))
+        with pytest.raises(ConcurrencyError) as caught:
+            await stale.append_many(
+                [AppendRequest("other", None, lines(9, 10)), AppendRequest("cell/x", 0, [line(2)])]
+            )
+        # The error names the stream that moved, as the in-transaction check would.
+        assert (caught.value.stream, caught.value.expected, caught.value.actual) == (
+            "cell/x",
+            0,
+            2,
+        )
+        assert await good.last_seq() == 2
+        assert await good.streams("") == ["cell/x"]
+        assert (await good.verify_chain()).ok
+    finally:
+        await good.close()
+        await stale.close()
+
+
+def test_the_database_itself_refuses_a_duplicate_stream_version(tmp_path: Path) -> None:
+    async def setup() -> None:
+        s = await SqliteEventStore.open(tmp_path / "events.db")
+        await s.append("cell/x", 0, lines(0, 1))
+        await s.close()
+
+    asyncio.run(setup())
+    with (
+        sqlite3.connect(tmp_path / "events.db") as conn,
+        pytest.raises(sqlite3.IntegrityError, match=r"events\.stream, events\.version"),
+    ):
+        conn.execute(
+            "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms,"
+            " payload, hash) VALUES (2, 'cell/x', 1, 'ingest.line', 1, 0, x'00', x'00')"
+        )
+
+
+@pytest.mark.parametrize(
+    ("statement", "refusal"),
+    [
+        ("UPDATE events SET payload = x'00' WHERE seq = 1", "UPDATE refused"),
+        ("UPDATE events SET recorded_at_ms = 0", "UPDATE refused"),
+        ("DELETE FROM events WHERE seq = 2", "DELETE refused"),
+        ("DELETE FROM events", "DELETE refused"),
+    ],
+)
+async def test_triggers_refuse_update_and_delete(
+    store: SqliteEventStore, statement: str, refusal: str
+) -> None:
+    await store.append("s/a", 0, lines(0, 3))
+    conn = sqlite3.connect(store.path)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match=f"events are append-only: {refusal}"):
+            conn.execute(statement)
+        conn.rollback()
+    finally:
+        conn.close()
+    assert [r.event for r in await store.read_stream("s/a")] == lines(0, 3)
+
+
+async def test_the_reader_connection_cannot_write(store: SqliteEventStore) -> None:
+    reader = store._reader
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await reader.execute("INSERT INTO log_head (id, seq, hash) VALUES (2, 0, x'00')")
+
+
+async def test_read_all_fetches_in_bounded_batches(
+    store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(0, 2500, 500):
+        await store.append("s/a", None, lines(i, i + 500))
+    fetched: list[int] = []
+    original = store._reader.execute_fetchall
+
+    def spy(sql: str, parameters: Any = None) -> Any:
+        async def run() -> Any:
+            rows = await original(sql, parameters)
+            fetched.append(len(list(rows)))
+            return rows
+
+        return run()
+
+    monkeypatch.setattr(store._reader, "execute_fetchall", spy)
+    got = await collect(store.read_all(after_seq=0, batch_size=700))
+    assert [r.seq for r in got] == list(range(1, 2501))
+    assert fetched == [700, 700, 700, 400]
+
+
+async def test_an_unreadable_row_names_its_seq(store: SqliteEventStore) -> None:
+    await store.append("s/a", 0, lines(0, 2))
+    # A row written by a newer arenad (a tag this one does not know).
+    with sqlite3.connect(store.path) as conn:
+        conn.execute(
+            "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms,"
+            " payload, hash) VALUES (3, 's/a', 3, 'cell.teleported', 1, 0,"
+            ' \'{"type":"cell.teleported","v":1}\', x\'00\')'
+        )
+        conn.execute("UPDATE log_head SET seq = 3")
+    with pytest.raises(StoreError, match=r"event #3 \('cell.teleported' v1\).*unknown event tag"):
+        await collect(store.read_all())
+    with pytest.raises(StoreError, match="event #3"):
+        await store.read_stream("s/a")
+
+
+async def test_a_store_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    path.write_text("not a database, just text\n" * 100)
+    with pytest.raises(StoreError, match="cannot open the event store"):
+        await SqliteEventStore.open(path)
+
+
+async def test_appends_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    first = await SqliteEventStore.open(path)
+    await first.append("s/a", 0, lines(0, 3))
+    await first.close()
+    second = await SqliteEventStore.open(path)
+    try:
+        await second.append("s/a", 3, lines(3, 4))
+        assert [r.version for r in await second.read_stream("s/a")] == [1, 2, 3, 4]
+        assert (await second.verify_chain()).ok
+    finally:
+        await second.close()
+
+
+async def test_many_streams_in_one_batch(store: SqliteEventStore) -> None:
+    # More streams than one IN (...) chunk: versions are checked for all of them.
+    first = [AppendRequest(f"s/{i:04d}", 0, [line(i)]) for i in range(1200)]
+    await store.append_many(first)
+    again = [AppendRequest(f"s/{i:04d}", 1, [line(i)]) for i in range(1200)]
+    again[1100] = AppendRequest("s/1100", 0, [line(0)])
+    with pytest.raises(ConcurrencyError) as caught:
+        await store.append_many(again)
+    assert caught.value.stream == "s/1100"
+    assert await store.last_seq() == 1200
