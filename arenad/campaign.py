@@ -66,7 +66,7 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     pass
 
 
-class InstanceRow(_Strict, kw_only=True):
+class InstanceRow(_Strict, frozen=True, kw_only=True):
     instance_id: str
     repo: str = ""
     base_commit: str
@@ -75,7 +75,7 @@ class InstanceRow(_Strict, kw_only=True):
     verify_cmd: str | None = None
 
 
-class SoloArmFile(_Strict, tag="solo", tag_field="kind", kw_only=True):
+class SoloArmFile(_Strict, tag="solo", tag_field="kind", frozen=True, kw_only=True):
     name: str
     model: str
     timeout_s: float = 1000.0
@@ -85,7 +85,7 @@ class SoloArmFile(_Strict, tag="solo", tag_field="kind", kw_only=True):
     kill_grace_s: float = 1.0
 
 
-class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", kw_only=True):
+class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True, kw_only=True):
     name: str
     worker_model: str
     driver_model: str
@@ -102,7 +102,7 @@ class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", kw_only=Tru
     driver_cmd: list[str] | None = None
 
 
-class CommandArmFile(_Strict, tag="command", tag_field="kind", kw_only=True):
+class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_only=True):
     name: str
     argv: list[str]
     model: str | None = None
@@ -116,24 +116,24 @@ class CommandArmFile(_Strict, tag="command", tag_field="kind", kw_only=True):
 ArmFile = SoloArmFile | SupervisorArmFile | CommandArmFile
 
 
-class MaterializerFile(_Strict, kw_only=True):
+class MaterializerFile(_Strict, frozen=True, kw_only=True):
     kind: Literal["image", "git"]
     source: str | None = None
 
 
-class SecretsFile(_Strict, kw_only=True):
+class SecretsFile(_Strict, frozen=True, kw_only=True):
     dir: str
     env_files: list[str]
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
-class JudgeFile(_Strict, kw_only=True):
+class JudgeFile(_Strict, frozen=True, kw_only=True):
     command: str
     name: str = "swe-arena-official-judge"
     timeout_s: float = 600.0
 
 
-class CampaignFile(_Strict, kw_only=True):
+class CampaignFile(_Strict, frozen=True, kw_only=True):
     name: str
     suite: str = "swe-bench-verified"
     split: Literal["search", "dev", "holdout", "canary"] = "search"

@@ -27,10 +27,22 @@ from arenad.submit import submit_campaign
 PINNED_OPENCODE = "1.18.33"
 
 BUGS = {
-    "add-bug": ("add.py", "def add(a, b):\n    return a - b\n", "return a - b", "return a + b",
-                "assert add(2, 3) == 5", "from add import add"),
-    "mul-bug": ("mul.py", "def mul(a, b):\n    return a + b\n", "return a + b", "return a * b",
-                "assert mul(2, 3) == 6", "from mul import mul"),
+    "add-bug": (
+        "add.py",
+        "def add(a, b):\n    return a - b\n",
+        "return a - b",
+        "return a + b",
+        "assert add(2, 3) == 5",
+        "from add import add",
+    ),
+    "mul-bug": (
+        "mul.py",
+        "def mul(a, b):\n    return a + b\n",
+        "return a + b",
+        "return a * b",
+        "assert mul(2, 3) == 6",
+        "from mul import mul",
+    ),
 }
 
 
@@ -60,10 +72,16 @@ def find_opencode(explicit: str | None) -> str:
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "arenad demo", "GIT_AUTHOR_EMAIL": "demo@arenad",
-           "GIT_COMMITTER_NAME": "arenad demo", "GIT_COMMITTER_EMAIL": "demo@arenad"}
-    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                         text=True, env=env)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "arenad demo",
+        "GIT_AUTHOR_EMAIL": "demo@arenad",
+        "GIT_COMMITTER_NAME": "arenad demo",
+        "GIT_COMMITTER_EMAIL": "demo@arenad",
+    }
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    )
     return out.stdout.strip()
 
 
@@ -105,11 +123,11 @@ def demo_script() -> str:
             f'text = "Let me fix {file}."',
             "[[conversations.steps.tool_calls]]",
             'name = "bash"',
-            f"arguments = {{ command = {json.dumps(fix)}, description = \"fix {file}\" }}",
+            f'arguments = {{ command = {json.dumps(fix)}, description = "fix {file}" }}',
             "[[conversations.steps]]",
             "[[conversations.steps.tool_calls]]",
             'name = "bash"',
-            f"arguments = {{ command = {json.dumps(probe)}, description = \"check {file}\" }}",
+            f'arguments = {{ command = {json.dumps(probe)}, description = "check {file}" }}',
             "[[conversations.steps]]",
             f'text = "Fixed {file}; the check prints ok."',
         ]
@@ -128,12 +146,13 @@ def demo_campaign(name: str, repo: Path, base: str, opencode: str, reps: int) ->
     ]
     for iid, (file, _src, _old, _new, check, imp) in BUGS.items():
         func = imp.split()[-1]
+        problem = f"[{iid}] {func}() in {file} gives wrong answers; fix it."
         lines += [
             "[[instances]]",
             f'instance_id = "{iid}"',
             'repo = "arenad/demo"',
             f'base_commit = "{base}"',
-            f"problem_statement = {json.dumps(f'[{iid}] {func}() in {file} gives wrong answers; fix it.')}",
+            f"problem_statement = {json.dumps(problem)}",
             f"verify_cmd = {json.dumps(f'python3 -c {chr(39)}{imp}; {check}{chr(39)}')}",
         ]
     lines += [

@@ -63,19 +63,21 @@ def test_a_good_campaign_resolves_into_cells(tmp_path: Path) -> None:
     ("edit", "message"),
     [
         (('model = "p/m"', 'model = "p/m"\nbogus = 1'), "unknown field `bogus` - at `arms[0]`"),
-        (('reps = 2', 'reps = 2\nbogus = 1'), "unknown field `bogus`"),
+        (("reps = 2", "reps = 2\nbogus = 1"), "unknown field `bogus`"),
         (('instance_id = "inst-1"', 'instance_id = "../x"'), "instance_id '../x' must match"),
         (('instance_id = "inst-1"', 'instance_id = ".."'), "instance_id '..' must match"),
         (('name = "c1"', 'name = "a/b"'), "campaign name 'a/b' must match"),
         (('name = "SOLO"', 'name = "SO LO"'), "arm name 'SO LO' must match"),
         (('base_commit = "abc"\n', ""), "missing required field `base_commit`"),
-        (('reps = 2', 'reps = 2\nsplit = "train"'), "split"),
+        (("reps = 2", 'reps = 2\nsplit = "train"'), "split"),
         (('kind = "solo"', 'kind = "robot"'), "Invalid value 'robot'"),
         (('verify_cmd = "true"', 'typo_key = "true"'), "instances[0]"),
         (("reps = 2", "reps = 0"), "reps must be at least 1"),
     ],
 )
-def test_bad_campaigns_say_what_and_where(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+def test_bad_campaigns_say_what_and_where(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
     old, new = edit
     assert old in GOOD
     with pytest.raises(CampaignError) as info:
@@ -105,7 +107,10 @@ def test_instances_file_rows_keep_extra_fields(tmp_path: Path) -> None:
         '[[instances]]\ninstance_id = "inst-1"\nbase_commit = "abc"\nproblem_statement = "fix it"\n'
         'verify_cmd = "true"\n',
         "",
-    ).replace('name = "c1"', 'name = "c1"\ninstances_file = "rows.jsonl"\nverify_template = "pytest {test_file}"')
+    ).replace(
+        'name = "c1"',
+        'name = "c1"\ninstances_file = "rows.jsonl"\nverify_template = "pytest {test_file}"',
+    )
     campaign = load_campaign(write(tmp_path, text))
     instance = campaign.cells[0].instance
     assert instance.verify_cmd == "pytest t.py"
@@ -135,14 +140,20 @@ def test_image_is_the_default_and_git_is_an_explicit_opt_in(tmp_path: Path) -> N
     no_materializer = GOOD.replace('[materializer]\nkind = "git"\nsource = "./repo"\n', "")
     with pytest.raises(CampaignError, match="names no image"):
         load_campaign(write(tmp_path, no_materializer))
-    with_image = no_materializer.replace('base_commit = "abc"', 'base_commit = "abc"\nimage = "x:1"')
+    with_image = no_materializer.replace(
+        'base_commit = "abc"', 'base_commit = "abc"\nimage = "x:1"'
+    )
     assert load_campaign(write(tmp_path, with_image)).cells[0].materializer.kind == "image"
 
 
 def test_submit_appends_nothing_on_error_and_nothing_twice(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert arenad(home, "init").returncode == 0
-    bad = arenad(home, "submit", str(write(tmp_path, GOOD.replace("reps = 2", "reps = 2\nnope = 1"), "bad.toml")))
+    bad = arenad(
+        home,
+        "submit",
+        str(write(tmp_path, GOOD.replace("reps = 2", "reps = 2\nnope = 1"), "bad.toml")),
+    )
     assert bad.returncode == 2
     assert "unknown field `nope`" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
