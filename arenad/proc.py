@@ -553,6 +553,9 @@ class RunHandle:
             # Cancelled (or failed) while the group may live: it must not outlive us.
             if self._transport.get_returncode() is None or group_alive(self.pgid):
                 _signal_group(self.pgid, signal.SIGKILL)
+                # Reap the leader before going (bounded): no zombie or unwaited child is left.
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(exit_task), self._gone_timeout_s)
             raise
         finally:
             leftover: list[asyncio.Future[Any]] = [*readers, exit_task, abort_task]

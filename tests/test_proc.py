@@ -257,6 +257,7 @@ async def test_cancelling_wait_kills_the_group() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+    assert _dead(handle.pid)  # the leader was killed and reaped before the cancel completed
     await wait_group_gone(handle.pgid, timeout_s=5)
     assert all(_dead(pid) for pid in lines.pids())
 

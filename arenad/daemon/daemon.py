@@ -28,7 +28,7 @@ from arenad.lease import DaemonLease
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
 from events.base import Recorded
-from events.control import DaemonStarted, DaemonStopped, MaxParallelChanged
+from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged
 
 log = logging.getLogger("arenad.daemon")
 
@@ -101,10 +101,8 @@ class Daemon:
                 runner.request_abort(e.reason)
             elif isinstance(e, ev.CellPaused) and runner is not None:
                 log.info("%s paused; the step in flight finishes first", cell_id)
-        elif r.stream.startswith("campaign/") and hasattr(e, "max_parallel"):
-            limit = getattr(e, "max_parallel", None)
-            if limit:
-                self.campaign_limits[getattr(e, "name")] = int(limit)
+        elif isinstance(e, CampaignSubmitted) and e.max_parallel:
+            self.campaign_limits[e.name] = e.max_parallel
         self.wake.set()
 
     # -- scheduling --------------------------------------------------------------
@@ -208,7 +206,7 @@ class Daemon:
         for runner in self.runners.values():
             runner.request_shutdown()
         tasks = list(self.tasks.values())
-        done, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
+        _, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
         for task in pending:
             task.cancel()
         if pending:

@@ -14,6 +14,7 @@ becomes CellFailed with its stage, never a silent stop.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -23,14 +24,17 @@ from pathlib import Path
 import msgspec
 
 from arenad import proc
+from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import ArmContext, arm_for
+from arenad.arms.supervisor import SupervisorArmRunner
 from arenad.cell.machine import CellState, CellStatus
 from arenad.cellenv import cell_env, cell_paths, prepare_cell_env
 from arenad.clock import Clock
 from arenad.daemon.cell_writer import CellMovedOn, CellWriter
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
-from arenad.daemon.recover import recover_events
+from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
 from arenad.home import Home
+from arenad.ingest import RunDirWatcher, file_source, fold_positions, supervisor_source
 from arenad.ingest.stream import StreamIngester
 from arenad.materialize import MaterializeError, materialize
 from arenad.patch import extract_patch
@@ -38,6 +42,8 @@ from arenad.proc import RunHandle
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
 from events import cell as ev
+from events.base import Event
+from events.specs import SupervisorArm
 
 log = logging.getLogger("arenad.cell")
 
@@ -123,7 +129,9 @@ class CellRunner:
                         [
                             ev.CellRetried(
                                 attempt=state.attempt + 1,
-                                reason="daemon restarted after materializing; workspace not trusted",
+                                reason=(
+                                    "daemon restarted after materializing; workspace not trusted"
+                                ),
                                 requested_by="resume",
                             )
                         ]
@@ -177,9 +185,7 @@ class CellRunner:
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
         run_dir = Path(state.run_dir)
-        env = cell_env(
-            cell_paths(run_dir), self.config.base_env, fallback_home=str(Path.home())
-        )
+        env = cell_env(cell_paths(run_dir), self.config.base_env, fallback_home=str(Path.home()))
         return ArmContext(
             spec=state.spec,
             cell_id=self.cell_id,
@@ -192,10 +198,15 @@ class CellRunner:
     async def run(self, state: CellState) -> None:
         ctx = self._context(state)
         arm = arm_for(state.spec.arm)
-        launch = arm.prepare(ctx)
+        launch = await asyncio.to_thread(arm.prepare, ctx)
         sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
         await sink.open()
         ingester = StreamIngester(sink.append, source="stdout", path=launch.stdout_name)
+        before_start: list[Event] = []
+        watcher: RunDirWatcher | None = None
+        if isinstance(arm, SupervisorArmRunner):
+            before_start.append(await asyncio.to_thread(arm.provenance, ctx))
+            watcher = await self._start_watcher(ctx, sink)
         try:
             handle = await proc.start(
                 launch.argv,
@@ -210,6 +221,8 @@ class CellRunner:
                 clock=self.clock,
             )
         except proc.SpawnError as exc:
+            if watcher is not None:
+                await watcher.close()
             await self._fail(state, "launch", str(exc), retryable=True)
             return
         self.handle = handle
@@ -218,6 +231,7 @@ class CellRunner:
         try:
             await self.writer.append(
                 [
+                    *before_start,
                     ev.RunStarted(
                         attempt=state.attempt,
                         argv=launch.argv,
@@ -231,18 +245,24 @@ class CellRunner:
                         kill_grace_s=launch.kill_grace_s,
                         stdout_path=str(ctx.run_dir / launch.stdout_name),
                         stderr_path=str(ctx.run_dir / launch.stderr_name),
-                    )
+                    ),
                 ]
             )
         except BaseException:
             handle.abort("the run could not be recorded")
             await handle.wait()
+            if watcher is not None:
+                await watcher.abort()
             raise
         result = await handle.wait()
         await ingester.close()
+        after: list[Event] = []
+        if watcher is not None:
+            await watcher.close()
+            after.append(await self._supervisor_outcome(state.attempt, ctx))
         self.handle = None
         if result.timed_out:
-            event: ev.Event = ev.RunTimedOut(
+            event: Event = ev.RunTimedOut(
                 attempt=state.attempt, rc=result.code, wall_s=result.wall_s
             )
         elif result.aborted:
@@ -254,7 +274,41 @@ class CellRunner:
             )
         else:
             event = ev.RunCompleted(attempt=state.attempt, rc=result.code, wall_s=result.wall_s)
+        # Separate appends: the outcome is only allowed once the run has ended.
         await self.writer.append([event])
+        if after:
+            await self.writer.append(after)
+
+    async def _start_watcher(self, ctx: ArmContext, sink: IngestSink) -> RunDirWatcher | None:
+        """Watch the supervisor run dir and brain.jsonl, resuming at the recorded offsets."""
+        recorded = await self.store.read_stream(sink.stream)
+        positions = fold_positions(recorded)
+        if positions.closed:
+            return None
+        watcher = RunDirWatcher(
+            [
+                supervisor_source(ctx.workspace),
+                file_source("brain", ctx.run_dir / "brain.jsonl"),
+            ],
+            sink.append,
+            positions=positions,
+        )
+        await watcher.start()
+        return watcher
+
+    async def _supervisor_outcome(self, attempt: int, ctx: ArmContext) -> ev.SupervisorOutcome:
+        recorded = await self.store.read_stream(ingest_stream(self.cell_id, attempt))
+        summary = figures.summarize(recorded)
+        sup_dir = supervisor_source(ctx.workspace).resolve()
+        return ev.SupervisorOutcome(
+            attempt=attempt,
+            sup_run_dir=str(sup_dir) if sup_dir is not None else None,
+            status=summary.status,
+            verdict=summary.verdict,
+            delivered=summary.delivered,
+            spent_tokens=summary.spent_tokens,
+            spent_usd=summary.spent_usd,
+        )
 
     async def resume_running(self, state: CellState) -> None:
         """A run recorded by an earlier daemon: it died with it, so record that it was lost."""
@@ -265,13 +319,30 @@ class CellRunner:
             reason = "lost with the daemon; its process group was killed on restart"
         else:
             reason = "lost with the daemon"
+        after: list[Event] = []
+        if isinstance(state.spec.arm, SupervisorArm):
+            # Drain what the lost run wrote, from the recorded offsets: exactly once.
+            ctx = self._context(state)
+            sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
+            await sink.open()
+            watcher = await self._start_watcher(ctx, sink)
+            if watcher is not None:
+                await watcher.close()
+            after.append(await self._supervisor_outcome(state.attempt, ctx))
         await self.writer.append([ev.RunAborted(attempt=state.attempt, rc=None, reason=reason)])
+        if after:
+            await self.writer.append(after)
 
     async def verify(self, state: CellState) -> None:
         ctx = self._context(state)
         spec = state.spec
         arm = arm_for(spec.arm)
-        outcome = arm.outcome(str(state.status), state.run_rc, ctx)
+        if isinstance(arm, SupervisorArmRunner):
+            recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
+            sup_status = figures.state_status(recorded)
+            outcome = arm.outcome(str(state.status), state.run_rc, ctx, sup_status)
+        else:
+            outcome = arm.outcome(str(state.status), state.run_rc, ctx)
         patch_path = self.config.home.patch_path(
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
@@ -279,7 +350,7 @@ class CellRunner:
             patch = await extract_patch(
                 ctx.workspace, spec.instance.base_commit, spec.excludes, patch_path
             )
-        except Exception as exc:  # noqa: BLE001 - any failure here is the stage's failure
+        except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
         verify_log = ctx.run_dir / "verify.log"
@@ -309,12 +380,27 @@ class CellRunner:
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
+        if isinstance(state.spec.arm, SupervisorArm):
+            await self._recover_supervisor(state, ctx)
+            return
         usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
         db_path = Path(cell_paths(ctx.run_dir).opencode_db)
         events, recovered = await asyncio.to_thread(
             recover_events, db_path, self.cell_id, state, usage
         )
         await self.writer.append([recovered], also=events)
+
+    async def _recover_supervisor(self, state: CellState, ctx: ArmContext) -> None:
+        recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
+        db_path = Path(cell_paths(ctx.run_dir).opencode_db)
+        events, recovered = await asyncio.to_thread(
+            recover_supervisor_events, db_path, self.cell_id, state, recorded
+        )
+        await self.writer.append([recovered], also=events)
+        doc = result_json(state, recorded, recovered)
+        await asyncio.to_thread(
+            (ctx.run_dir / "result.json").write_text, json.dumps(doc, indent=1) + "\n"
+        )
 
     async def _fail(self, state: CellState, stage: str, error: str, *, retryable: bool) -> None:
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)

@@ -1,0 +1,129 @@
+"""Helpers for the daemon tests: campaigns on disk, the CLI as a subprocess, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from arenad.home import Home, open_store
+from events.base import Recorded
+
+CLI = [str(Path(sys.executable).parent / "arenad")]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(
+    home: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+        env=dict(env) if env is not None else None,
+        timeout=120,
+        check=False,
+    )
+
+
+def start_daemon(
+    home: Path, *args: str, env: Mapping[str, str] | None = None, stderr: Path
+) -> subprocess.Popen[bytes]:
+    with stderr.open("wb") as err:
+        return subprocess.Popen(
+            [*CLI, "--home", str(home), "daemon", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=REPO_ROOT,
+            env=dict(env) if env is not None else None,
+        )
+
+
+def status_json(home: Path) -> dict[str, Any]:
+    out = cli(home, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def cell_row(home: Path, cell_id: str) -> dict[str, Any] | None:
+    for row in status_json(home)["cells"]:
+        if row.get("cell_id") == cell_id or row.get("cell") == cell_id or row.get("id") == cell_id:
+            return dict(row)
+    return None
+
+
+def read_all(home: Path) -> list[Recorded]:
+    async def go() -> list[Recorded]:
+        async with open_store(Home(home)) as store:
+            out: list[Recorded] = []
+            async for r in store.read_all(0):
+                out.append(r)
+            return out
+
+    return asyncio.run(go())
+
+
+def command_campaign(
+    path: Path,
+    *,
+    name: str,
+    repo: Path,
+    base: str,
+    argv: list[str],
+    verify_cmd: str = "true",
+    instances: tuple[str, ...] = ("i1",),
+    timeout_s: float = 60,
+    extra: str = "",
+    uses_model: bool = False,
+) -> Path:
+    lines = [
+        f'name = "{name}"',
+        'split = "dev"',
+        "max_parallel = 16",
+        extra,
+        "[materializer]",
+        'kind = "git"',
+        f"source = {json.dumps(str(repo))}",
+    ]
+    for iid in instances:
+        lines += [
+            "[[instances]]",
+            f'instance_id = "{iid}"',
+            f'base_commit = "{base}"',
+            'problem_statement = "do nothing"',
+            f"verify_cmd = {json.dumps(verify_cmd)}",
+        ]
+    lines += [
+        "[[arms]]",
+        'name = "CMD"',
+        'kind = "command"',
+        f"argv = {json.dumps(argv)}",
+        f"uses_model = {'true' if uses_model else 'false'}",
+        f"timeout_s = {timeout_s}",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}

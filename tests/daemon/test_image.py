@@ -1,0 +1,87 @@
+"""The image materializer through the daemon, against the stand-in docker (tests/fakes/docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from events import cell as ev
+from events.base import Event
+from tests.conftest import make_repo
+from tests.daemon.support import cli, read_all, start_daemon
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+IMAGE = "arenad-test/testbed:latest"
+CELL = "img:i1:CMD:0"
+
+
+def _run(tmp_path: Path, fail: str | None) -> list[Event]:
+    home = tmp_path / "home"
+    src = tmp_path / "testbed"
+    base = make_repo(src, {"a.txt": "a\n"})
+    root = tmp_path / "docker-state"
+    enc = IMAGE.replace("%", "%25").replace("/", "%2F").replace(":", "%3A")
+    shutil.copytree(src, root / "images" / enc / "testbed", symlinks=True)
+    camp = tmp_path / "img.toml"
+    camp.write_text(
+        "\n".join(
+            [
+                'name = "img"',
+                'split = "dev"',
+                "[materializer]",
+                'kind = "image"',
+                "[[instances]]",
+                'instance_id = "i1"',
+                f'base_commit = "{base}"',
+                'problem_statement = "append a line"',
+                f'image = "{IMAGE}"',
+                'verify_cmd = "grep -q b a.txt"',
+                "[[arms]]",
+                'name = "CMD"',
+                'kind = "command"',
+                f"argv = {json.dumps(['bash', '-c', 'echo b >> a.txt'])}",
+                "uses_model = false",
+                "timeout_s = 30",
+            ]
+        )
+        + "\n"
+    )
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp))
+    assert out.returncode == 0, out.stderr
+    env = {
+        **os.environ,
+        "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_DOCKER_ROOT": str(root),
+    }
+    env.pop("FAKE_DOCKER_FAIL", None)
+    if fail is not None:
+        env["FAKE_DOCKER_FAIL"] = fail
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()[-2000:]
+    return [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]
+
+
+def test_image_cell_runs_to_recovered(tmp_path: Path) -> None:
+    events = _run(tmp_path, None)
+    materialized = next(e for e in events if isinstance(e, ev.CellMaterialized))
+    assert materialized.materializer == "image" and materialized.clean
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert verified.scored and verified.verify_pass
+    assert isinstance(events[-1], ev.CellRecovered)
+
+
+@pytest.mark.parametrize(
+    ("fail", "stage"), [("create", "create-fail"), ("cp", "cp-fail"), ("reset", "reset-fail")]
+)
+def test_docker_failure_stage_fails_the_cell(tmp_path: Path, fail: str, stage: str) -> None:
+    events = _run(tmp_path, fail)
+    failed = [e for e in events if isinstance(e, ev.CellFailed)]
+    assert len(failed) == 1
+    assert failed[0].stage == stage
+    assert failed[0].classification == "infrastructure"
+    assert not any(isinstance(e, ev.RunStarted) for e in events)

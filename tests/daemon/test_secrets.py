@@ -1,0 +1,65 @@
+"""A sentinel secret reaches the agent through the wrapper and nothing arenad writes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from events import cell as ev
+from tests.conftest import make_repo
+from tests.daemon.support import cli, command_campaign, read_all, start_daemon
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+SENTINEL = "sk-SENTINEL-7f3a9c0e2b14d8"
+AMBIENT = "sk-AMBIENT-not-the-sentinel"
+
+
+def test_sentinel_secret_never_written(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / ".env").write_text(f"OPENAI_API_KEY={SENTINEL}\n")
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    digest = hashlib.sha256(SENTINEL.encode()).hexdigest()
+    # The agent proves it got the file's key (by hash: the value itself is never in argv).
+    check = f'[ "$(printf %s "$OPENAI_API_KEY" | sha256sum | cut -c1-64)" = {digest} ]'
+    camp = command_campaign(
+        tmp_path / "sec.toml",
+        name="sec",
+        repo=repo,
+        base=base,
+        argv=["bash", "-c", check + " && echo changed >> a.txt"],
+        uses_model=True,
+        verify_cmd='test -z "${OPENAI_API_KEY:-}"',
+        extra=f'[secrets]\ndir = "{secrets}"\nenv_files = [".env"]\n',
+    )
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp))
+    assert out.returncode == 0, out.stderr
+    env = {
+        **os.environ,
+        "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
+        "OPENAI_API_KEY": AMBIENT,
+    }
+    err = tmp_path / "daemon.err"
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=err)
+    assert daemon.wait(timeout=60) == 0
+
+    events = [r.event for r in read_all(home) if r.stream == "cell/sec:i1:CMD:0"]
+    completed = next(e for e in events if isinstance(e, ev.RunCompleted))
+    assert completed.rc == 0  # the wrapper handed the agent the sentinel
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert verified.verify_pass is True  # verify ran with OPENAI_API_KEY stripped
+    assert isinstance(events[-1], ev.CellRecovered)
+
+    needle = SENTINEL.encode()
+    assert needle not in err.read_bytes()
+    scanned = 0
+    for path in home.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert needle not in path.read_bytes(), f"the sentinel leaked into {path}"
+            scanned += 1
+    assert scanned > 5
+    assert (home / "arenad.db").exists()
