@@ -5,9 +5,10 @@ one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
-from pathlib import Path
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -99,7 +100,8 @@ def migrate(
             typer.echo(f"{'applied' if m.applied else 'pending'}  {m.name}  {m.checksum[:12]}")
         return
     applied = run(services.migrate(_ctx.home))
-    typer.echo(f"{len(applied)} migration(s) applied" + (f": {', '.join(applied)}" if applied else ""))
+    names = f": {', '.join(applied)}" if applied else ""
+    typer.echo(f"{len(applied)} migration(s) applied{names}")
 
 
 @command("Show per-state counts and one row per cell.", "arenad status --json")
@@ -146,10 +148,8 @@ def events(
             if follow:
                 sys.stdout.flush()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         run(emit())
-    except KeyboardInterrupt:
-        pass
 
 
 @command("Walk the hash chain; name the first bad row (exit 1).", "arenad verify-log")
@@ -170,8 +170,10 @@ def rebuild() -> None:
     typer.echo(f"read models rebuilt from {count} events")
 
 
-@command("Validate a campaign file and submit its cells (nothing is written on error).",
-         "arenad submit examples/solo.toml")
+@command(
+    "Validate a campaign file and submit its cells (nothing is written on error).",
+    "arenad submit examples/solo.toml",
+)
 def submit(
     campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
 ) -> None:
@@ -184,8 +186,10 @@ def submit(
     )
 
 
-@command("Run cells until stopped (or until idle), writing every transition to the log.",
-         "arenad daemon --max-parallel 4 --until-idle")
+@command(
+    "Run cells until stopped (or until idle), writing every transition to the log.",
+    "arenad daemon --max-parallel 4 --until-idle",
+)
 def daemon(
     max_parallel: Annotated[
         int | None, typer.Option(min=1, help="Cells running at once (default 4).")
@@ -214,8 +218,10 @@ def daemon(
     raise typer.Exit(run(run_daemon(_ctx.home, options)))
 
 
-@command("Ask for a cell to be aborted (a running agent is stopped, its group killed).",
-         "arenad abort demo:bug-1:SOLO:0")
+@command(
+    "Ask for a cell to be aborted (a running agent is stopped, its group killed).",
+    "arenad abort demo:bug-1:SOLO:0",
+)
 def abort(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
@@ -226,8 +232,10 @@ def abort(
     typer.echo(f"{cell}: abort requested (state {state.status})")
 
 
-@command("Open a new attempt of a finished or failed cell; earlier attempts are kept.",
-         "arenad retry demo:bug-1:SOLO:0")
+@command(
+    "Open a new attempt of a finished or failed cell; earlier attempts are kept.",
+    "arenad retry demo:bug-1:SOLO:0",
+)
 def retry(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
@@ -262,8 +270,10 @@ def set_max_parallel(value: Annotated[int, typer.Argument(help="Cells at once.")
     typer.echo(f"max-parallel set to {value}")
 
 
-@command("Run a demo campaign end to end (real opencode, scripted model) and show it.",
-         "arenad --home ./demo-home demo")
+@command(
+    "Run a demo campaign end to end (real opencode, scripted model) and show it.",
+    "arenad --home ./demo-home demo",
+)
 def demo(
     opencode: Annotated[
         str | None, typer.Option(help="The opencode binary (default: the pinned install).")
@@ -283,8 +293,10 @@ def demo(
     typer.echo(f"audit trail:   arenad --home {_ctx.home.root} history <cell>")
 
 
-@command("Serve a scripted OpenAI-compatible model (dry-run a campaign's plumbing).",
-         "arenad scripted-model --script examples/scripted-model/fix-bug.toml --port 8765")
+@command(
+    "Serve a scripted OpenAI-compatible model (dry-run a campaign's plumbing).",
+    "arenad scripted-model --script examples/scripted-model/fix-bug.toml --port 8765",
+)
 def scripted_model(
     script: Annotated[Path, typer.Option(help="The script TOML file.")],
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 0,
@@ -299,6 +311,38 @@ def scripted_model(
         serve(script, host, port, ready)
     except UserError as exc:
         fail(str(exc))
+
+
+@command(
+    "Project the event log into a tangle.rollout.v1 ledger (prints the stats JSON).",
+    "arenad project-ledger out/rollouts.jsonl --cell c1:inst:solo:0",
+)
+def project_ledger(
+    out: Annotated[Path, typer.Argument(help="The ledger file to write (atomically).")],
+    cell: Annotated[
+        list[str] | None, typer.Option("--cell", help="Only these cells (repeatable).")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="The ledger's run_id.")] = None,
+) -> None:
+    from arenad.ledger.project import stats_json
+    from arenad.ledger.service import project_ledger as project
+
+    stats = run(project(_ctx.home, out, cell or [], run_id))
+    typer.echo(stats_json(stats))
+
+
+@command(
+    "Record an operator's judge verdict for a cell's current attempt.",
+    "arenad record-verdict c1:inst:solo:0 judge.json",
+)
+def record_verdict(
+    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    verdict: Annotated[Path, typer.Argument(help="The verdict JSON file.")],
+) -> None:
+    from arenad.ledger.service import record_verdict as record
+
+    event = run(record(_ctx.home, cell, verdict))
+    typer.echo(f"verdict recorded for {cell} attempt {event.attempt}")
 
 
 def main() -> None:

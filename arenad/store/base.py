@@ -40,6 +40,13 @@ class EventStore(abc.ABC):
     def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
         """Every event after ``after_seq`` in order, fetched in bounded batches."""
 
+    async def read_streams(self, streams: Sequence[str]) -> list[Recorded]:
+        """Several streams' events in global order."""
+        out: list[Recorded] = []
+        for stream in streams:
+            out.extend(await self.read_stream(stream))
+        return sorted(out, key=lambda r: r.seq)
+
     @abc.abstractmethod
     async def stream_version(self, stream: str) -> int: ...
 
