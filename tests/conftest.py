@@ -7,6 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# CI shares two cores with real subprocesses; input generation speed is not what the
+# property tests are about, so a slow machine must not fail them.
+settings.register_profile("arenad", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("arenad")
 
 pytest_plugins = ["tests.opencode_support"]
 
