@@ -79,7 +79,7 @@ class SoloArmFile(_Strict, tag="solo", tag_field="kind", frozen=True, kw_only=Tr
     name: str
     model: str
     timeout_s: float = 1000.0
-    prompt_suffix: str | None = None
+    prompt_suffix: str = WORKER_PROMPT_SUFFIX
     opencode_bin: str = "opencode"
     extra_args: list[str] = []
     kill_grace_s: float = 1.0
@@ -107,7 +107,7 @@ class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_o
     argv: list[str]
     model: str | None = None
     timeout_s: float = 1000.0
-    prompt_suffix: str | None = None
+    prompt_suffix: str = WORKER_PROMPT_SUFFIX
     env: dict[str, str] = {}
     uses_model: bool = True
     kill_grace_s: float = 1.0
@@ -261,9 +261,7 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
             name=arm.name,
             model=arm.model,
             timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix
-            if arm.prompt_suffix is not None
-            else WORKER_PROMPT_SUFFIX,
+            prompt_suffix=arm.prompt_suffix,
             opencode_bin=arm.opencode_bin,
             extra_args=arm.extra_args,
             kill_grace_s=arm.kill_grace_s,
@@ -276,9 +274,7 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
             argv=arm.argv,
             model=arm.model,
             timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix
-            if arm.prompt_suffix is not None
-            else WORKER_PROMPT_SUFFIX,
+            prompt_suffix=arm.prompt_suffix,
             env=arm.env,
             uses_model=arm.uses_model,
             kill_grace_s=arm.kill_grace_s,

@@ -204,6 +204,14 @@ def _os_home() -> str:
         return os.path.expanduser("~")
 
 
+def cell_env_for(
+    run_dir: str | os.PathLike[str], base_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The env of an already prepared cell (same home rule as ``prepare_cell_env``)."""
+    base = dict(os.environ if base_env is None else base_env)
+    return cell_env(cell_paths(run_dir), base, fallback_home=_os_home())
+
+
 def prepare_cell_env(
     run_dir: str | os.PathLike[str],
     base_env: Mapping[str, str] | None = None,

@@ -47,20 +47,6 @@ async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None
     return decode_state(rows[0][0]) if rows else None
 
 
-async def cells_in_states(db: aiosqlite.Connection, states: list[str]) -> list[CellState]:
-    marks = ",".join("?" * len(states))
-    rows = await db.execute_fetchall(
-        f"SELECT state_json FROM cells WHERE state IN ({marks}) ORDER BY cell_id", states
-    )
-    return [decode_state(r[0]) for r in rows]
-
-
-async def table_dump(db: aiosqlite.Connection, table: str) -> list[tuple[Any, ...]]:
-    """Every row of a read-model table in key order (for rebuild comparisons)."""
-    rows = await db.execute_fetchall(f"SELECT * FROM {table} ORDER BY 1")
-    return [tuple(r) for r in rows]
-
-
 async def runnable_cells(
     db: aiosqlite.Connection, terminal_states: list[str]
 ) -> list[tuple[str, str]]:

@@ -228,8 +228,3 @@ def cell_stream(cell_id: str) -> str:
 
 def is_cell_stream(stream: str) -> bool:
     return stream.startswith("cell/")
-
-
-def cell_events_only(tag: str) -> bool:
-    """Whether a tag belongs on a cell stream at all."""
-    return tag in SIDE_EVENTS or any(t == tag for (_, t) in TRANSITIONS)

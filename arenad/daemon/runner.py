@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +27,7 @@ from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import ArmContext, arm_for
 from arenad.arms.supervisor import SupervisorArmRunner
 from arenad.cell.machine import CellState, CellStatus
-from arenad.cellenv import cell_env, cell_paths, prepare_cell_env
+from arenad.cellenv import cell_env_for, cell_paths, prepare_cell_env
 from arenad.clock import Clock
 from arenad.daemon.cell_writer import CellMovedOn, CellWriter
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
@@ -185,7 +184,7 @@ class CellRunner:
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
         run_dir = Path(state.run_dir)
-        env = cell_env(cell_paths(run_dir), self.config.base_env, fallback_home=str(Path.home()))
+        env = cell_env_for(run_dir, self.config.base_env)
         return ArmContext(
             spec=state.spec,
             cell_id=self.cell_id,
@@ -415,7 +414,3 @@ class CellRunner:
                 )
             ]
         )
-
-
-def cell_env_base() -> dict[str, str]:
-    return dict(os.environ)
