@@ -203,7 +203,9 @@ def _cells() -> list[tuple[CellSpec, list[Event], list[Event]]]:
                 ),
             ],
             [
-                _session("ses_b_child", "ses_a_root", sd, "solo", ["sub", "done ✓"], created=T0 + 9),
+                _session(
+                    "ses_b_child", "ses_a_root", sd, "solo", ["sub", "done ✓"], created=T0 + 9
+                ),
                 _session("ses_a_root", None, sd, "solo", ["fix it", "fixed", "thanks"]),
             ],
         ),
