@@ -1,9 +1,10 @@
-"""The rollout ledger as a pure projection of the event log.
+"""The rollout ledger as a pure projection of the event log: the lines of the cells.
 
 ``project_cell(records, run_id, stats)`` turns the recorded events of ONE cell (its
 ``cell/<id>`` stream plus its ``capture/<id>/<attempt>`` streams) into
 ``tangle.rollout.v1`` lines. It reads nothing else: no file, store, clock or random
 source — times come from ``recorded_at_ms``, ids from ``rollout_id`` over stable keys.
+Every line kind is built from the same section builders (``arenad.ledger.lines``).
 
 Decisions (the backfill seed brought to the current schema):
 
@@ -32,8 +33,28 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from arenad.ledger.js import iso_ms, js_round
-from arenad.ledger.opencode_transcript import capture_chat_messages, opencode_session_info
-from arenad.ledger.rollout import ROLLOUT_SCHEMA, assert_rollout_line, rollout_id
+from arenad.ledger.lines import (
+    Artifacts,
+    Cost,
+    LedgerStats,
+    LineHead,
+    Number,
+    Outcome,
+    Policy,
+    Provenance,
+    Task,
+    count_line,
+    new_stats,
+    number_or_none,
+    rollout_line,
+    stats_json,
+)
+from arenad.ledger.opencode_transcript import (
+    OpencodeSessionInfo,
+    capture_chat_messages,
+    opencode_session_info,
+)
+from arenad.ledger.rollout import rollout_id
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
@@ -43,29 +64,6 @@ __all__ = ["BRAIN_GAP", "LedgerStats", "new_stats", "project_cell", "stats_json"
 
 BRAIN_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
 
-LedgerStats = dict[str, Any]
-
-
-def new_stats() -> LedgerStats:
-    """The seed's BackfillStats, zeroed (``opencodeDbAvailable`` until a store gap is seen)."""
-    return {
-        "lines": 0,
-        "byRole": {},
-        "fullTranscripts": 0,
-        "gapLines": 0,
-        "rewardLabeled": 0,
-        "workerSessionsJoined": 0,
-        "workerCwdsMissed": 0,
-        "workerSessionsEmpty": 0,
-        "proposerShotsJoined": 0,
-        "proposerShotsMissed": 0,
-        "opencodeDbAvailable": True,
-    }
-
-
-def stats_json(stats: LedgerStats) -> str:
-    return json.dumps(stats, separators=(",", ":"), ensure_ascii=False)
-
 
 class _Attempt:
     def __init__(self) -> None:
@@ -73,14 +71,40 @@ class _Attempt:
         self.started: ev.RunStarted | None = None
         self.ended: ev.RunCompleted | ev.RunTimedOut | ev.RunAborted | None = None
         self.verified: ev.CellVerified | None = None
-        self.recovered: Recorded | None = None
-        self.failed: Recorded | None = None
+        self.recovered: ev.CellRecovered | None = None
+        self.recovered_at_ms: int | None = None
+        self.failed: ev.CellFailed | None = None
+        self.failed_at_ms: int | None = None
         self.verdict: ev.JudgeVerdictRecorded | None = None
         self.supervisor: ev.SupervisorOutcome | None = None
         self.provenance: ev.ProvenanceRecorded | None = None
         self.sessions: dict[str, cap.AgentSessionCaptured] = {}
         self.unavailable: cap.AgentStoreUnavailable | None = None
         self.unmatched: list[str] = []
+
+    @property
+    def spend(self) -> ev.SpendFigures | None:
+        return self.recovered.spend if self.recovered is not None else None
+
+    @property
+    def run_dir(self) -> str | None:
+        return self.materialized.run_dir if self.materialized is not None else None
+
+    @property
+    def profile_commit(self) -> str | None:
+        return self.provenance.commit if self.provenance is not None else None
+
+    @property
+    def error(self) -> str | None:
+        return self.failed.error if self.failed is not None else None
+
+    @property
+    def ended_at_ms(self) -> int | None:
+        """When the attempt's lines were settled: its recovery, else its failure after a
+        start; None while it has not ended (it gives no line then)."""
+        if self.recovered_at_ms is not None:
+            return self.recovered_at_ms
+        return self.failed_at_ms if self.started is not None else None
 
 
 def _split_model(ref: str | None) -> tuple[str | None, str | None]:
@@ -91,13 +115,7 @@ def _split_model(ref: str | None) -> tuple[str | None, str | None]:
     return (provider, model) if sep else (None, ref)
 
 
-def _num(v: object) -> int | float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return v
-
-
-def _reward(verdict: ev.JudgeVerdictRecorded | None) -> tuple[int | float | None, str | None]:
+def _reward(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Number | None, str | None]:
     if verdict is None:
         return None, None
     if verdict.score is not None:
@@ -114,20 +132,6 @@ def _verdict_value(verdict: ev.JudgeVerdictRecorded | None) -> Any:
         return json.loads(verdict.verdict_json)
     except ValueError:
         return verdict.verdict_json
-
-
-def _push(lines: list[dict[str, Any]], stats: LedgerStats, line: dict[str, Any], ctx: str) -> None:
-    assert_rollout_line(line, ctx)
-    lines.append(line)
-    stats["lines"] += 1
-    by_role: dict[str, int] = stats["byRole"]
-    by_role[line["role"]] = by_role.get(line["role"], 0) + 1
-    if line["messages"]:
-        stats["fullTranscripts"] += 1
-    else:
-        stats["gapLines"] += 1
-    if line["outcome"]["reward"] is not None:
-        stats["rewardLabeled"] += 1
 
 
 def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _Attempt]]:
@@ -151,9 +155,11 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
             case ev.CellVerified():
                 at(e.attempt).verified = e
             case ev.CellRecovered():
-                at(e.attempt).recovered = rec
+                a = at(e.attempt)
+                a.recovered, a.recovered_at_ms = e, rec.recorded_at_ms
             case ev.CellFailed():
-                at(e.attempt).failed = rec
+                a = at(e.attempt)
+                a.failed, a.failed_at_ms = e, rec.recorded_at_ms
             case ev.JudgeVerdictRecorded():
                 at(e.attempt).verdict = e
             case ev.SupervisorOutcome():
@@ -175,46 +181,104 @@ def _time_key(s: cap.AgentSessionCaptured) -> tuple[float, str]:
     return (float(opencode_session_info(s.row).time_created), s.session_id)
 
 
-def _task(spec: CellSpec) -> dict[str, Any]:
-    return {
-        "suite": spec.suite,
-        "instance_id": spec.instance.instance_id,
-        "split": spec.split,
-        "seed": None,
-        "rep": spec.rep,
-    }
+# --------------------------------------------------------------------------- sections
 
 
-def _head(run_id: str, rid: str, parent: str | None, spec: CellSpec, role: str) -> dict[str, Any]:
-    return {
-        "schema": ROLLOUT_SCHEMA,
-        "rollout_id": rid,
-        "parent_rollout_id": parent,
-        "run_id": run_id,
-        "experiment_id": spec.experiment_id,
-        "candidate_id": None,
-        "generation": None,
-        "candidate_index": None,
-        "role": role,
-        "task": _task(spec),
-    }
+def _task(spec: CellSpec) -> Task:
+    return Task(
+        suite=spec.suite,
+        instance_id=spec.instance.instance_id,
+        split=spec.split,
+        seed=None,
+        rep=spec.rep,
+    )
 
 
-def _provenance(captured_at: str, gap: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"captured_at": captured_at, "capture": "settle-time"}
-    if gap is not None:
-        out["gap"] = gap
+def _head(run_id: str, rid: str, parent: str | None, spec: CellSpec, role: str) -> LineHead:
+    return LineHead(
+        rollout_id=rid,
+        parent_rollout_id=parent,
+        run_id=run_id,
+        experiment_id=spec.experiment_id,
+        role=role,
+    )
+
+
+def _scored(a: _Attempt) -> bool:
+    return a.verified is not None and a.verified.scored
+
+
+def _timed_out(a: _Attempt) -> bool:
+    return isinstance(a.ended, ev.RunTimedOut)
+
+
+def _wall_s(a: _Attempt) -> Number | None:
+    return a.ended.wall_s if a.ended is not None else None
+
+
+def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
+    """``resolved`` then the named CellVerified fields (null when unverified)."""
+    v = a.verified
+    out: dict[str, Any] = {"resolved": a.verdict.resolved if a.verdict is not None else None}
+    for key in keys:
+        out[key] = getattr(v, key) if v is not None else None
     return out
 
 
-def _common(a: _Attempt) -> tuple[bool, bool, str | None, float | None, int | None]:
-    """(scored, timed_out, error, wall_s, rc) of an attempt."""
-    scored = a.verified is not None and a.verified.scored
-    timed_out = isinstance(a.ended, ev.RunTimedOut)
-    error = a.failed.event.error if a.failed is not None else None  # type: ignore[attr-defined]
-    wall_s = a.ended.wall_s if a.ended is not None else None
-    rc = a.ended.rc if a.ended is not None else None
-    return scored, timed_out, error, wall_s, rc
+def _run_metrics(a: _Attempt, n: int) -> dict[str, Any]:
+    v = a.verified
+    return {
+        "scored": _scored(a),
+        "not_scored_reason": v.not_scored_reason if v is not None else None,
+        "rc": a.ended.rc if a.ended is not None else None,
+        "attempt": n,
+    }
+
+
+def _judged_outcome(
+    a: _Attempt, metrics: dict[str, Any], is_completed: bool, is_truncated: bool
+) -> Outcome:
+    """The outcome of a line the attempt's own verdict labels (agent, supervisor)."""
+    reward, source = _reward(a.verdict)
+    return Outcome(
+        reward=reward,
+        reward_source=source,
+        verdict=_verdict_value(a.verdict),
+        metrics=metrics,
+        is_completed=is_completed,
+        is_truncated=is_truncated,
+        error=a.error,
+    )
+
+
+def _spend_cost(spend: ev.SpendFigures | None, wall_s: Number | None) -> Cost:
+    if spend is None:
+        return Cost(wall_s=wall_s)
+    return Cost(
+        usd=spend.cost_usd,
+        tokens_in=spend.tokens_in,
+        tokens_out=spend.tokens_out,
+        tokens_reasoning=spend.tokens_reasoning,
+        cache_read=spend.cache_read,
+        cache_write=spend.cache_write,
+        wall_s=wall_s,
+    )
+
+
+def _session_cost(session: cap.AgentSessionCaptured, info: OpencodeSessionInfo) -> Cost:
+    row = session.row
+    return Cost(
+        usd=number_or_none(row.get("cost")),
+        tokens_in=number_or_none(row.get("tokens_input")),
+        tokens_out=number_or_none(row.get("tokens_output")),
+        tokens_reasoning=number_or_none(row.get("tokens_reasoning")),
+        cache_read=number_or_none(row.get("tokens_cache_read")),
+        cache_write=number_or_none(row.get("tokens_cache_write")),
+        wall_s=js_round((float(info.time_updated) - float(info.time_created)) / 1000),
+    )
+
+
+# --------------------------------------------------------------------------- lines
 
 
 def _agent_line(
@@ -236,61 +300,30 @@ def _agent_line(
             gap = f"no opencode session captured for attempt {n}"
         else:
             gap = f"opencode session {root_id} has no readable message parts"
-    scored, timed_out, error, wall_s, rc = _common(a)
-    v = a.verified
-    spend = a.recovered.event.spend if a.recovered is not None else None  # type: ignore[attr-defined]
-    reward, source = _reward(a.verdict)
     arm = spec.arm
-    model_ref = arm.model if isinstance(arm, SoloArm | CommandArm) else None
-    provider, model = _split_model(model_ref)
-    line = _head(run_id, rollout_id(run_id, cell_id, n, "agent", root_id), None, spec, "agent")
-    line["policy"] = {
-        "harness": "opencode" if isinstance(arm, SoloArm) else f"command:{arm.name}",
-        "harness_version": None,
-        "model": model,
-        "provider": provider,
-        "profile_commit": a.provenance.commit if a.provenance is not None else None,
-        "sampling": None,
-    }
-    line["messages"] = messages
-    line["tool_defs"] = []
-    line["outcome"] = {
-        "reward": reward,
-        "realness_gated": False,
-        "reward_source": source,
-        "verdict": _verdict_value(a.verdict),
-        "metrics": {
-            "resolved": a.verdict.resolved if a.verdict is not None else None,
-            "verify_pass": v.verify_pass if v is not None else None,
-            "verify_rc": v.verify_rc if v is not None else None,
-            "patch_lines": v.patch_lines if v is not None else None,
-            "patch_sha256": v.patch_sha256 if v is not None else None,
-            "scored": scored,
-            "not_scored_reason": v.not_scored_reason if v is not None else None,
-            "rc": rc,
-            "attempt": n,
-            "sessions": len(sessions),
-        },
-        "is_completed": scored,
-        "is_truncated": timed_out,
-        "error": error,
-    }
-    line["cost"] = {
-        "usd": spend.cost_usd if spend is not None else None,
-        "tokens_in": spend.tokens_in if spend is not None else None,
-        "tokens_out": spend.tokens_out if spend is not None else None,
-        "tokens_reasoning": spend.tokens_reasoning if spend is not None else None,
-        "cache_read": spend.cache_read if spend is not None else None,
-        "cache_write": spend.cache_write if spend is not None else None,
-        "wall_s": wall_s,
-    }
-    line["artifacts"] = {
-        "patch_path": v.patch_path if v is not None else None,
-        "run_dir": a.materialized.run_dir if a.materialized is not None else None,
-        "transcript_ref": f"opencode:{root_id}" if root_id is not None else None,
-    }
-    line["provenance"] = _provenance(captured_at, gap)
-    return line
+    provider, model = _split_model(arm.model if isinstance(arm, SoloArm | CommandArm) else None)
+    metrics = _verified_metrics(a, "verify_pass", "verify_rc", "patch_lines", "patch_sha256")
+    metrics.update(_run_metrics(a, n))
+    metrics["sessions"] = len(sessions)
+    return rollout_line(
+        _head(run_id, rollout_id(run_id, cell_id, n, "agent", root_id), None, spec, "agent"),
+        _task(spec),
+        Policy(
+            harness="opencode" if isinstance(arm, SoloArm) else f"command:{arm.name}",
+            model=model,
+            provider=provider,
+            profile_commit=a.profile_commit,
+        ),
+        messages,
+        _judged_outcome(a, metrics, is_completed=_scored(a), is_truncated=_timed_out(a)),
+        _spend_cost(a.spend, _wall_s(a)),
+        Artifacts(
+            patch_path=a.verified.patch_path if a.verified is not None else None,
+            run_dir=a.run_dir,
+            transcript_ref=f"opencode:{root_id}" if root_id is not None else None,
+        ),
+        Provenance(captured_at=captured_at, gap=gap),
+    )
 
 
 def _supervisor_line(
@@ -298,40 +331,18 @@ def _supervisor_line(
 ) -> dict[str, Any]:
     arm = spec.arm
     assert isinstance(arm, SupervisorArm)
-    scored, timed_out, error, wall_s, rc = _common(a)
-    v = a.verified
     so = a.supervisor
-    spend = a.recovered.event.spend if a.recovered is not None else None  # type: ignore[attr-defined]
-    reward, source = _reward(a.verdict)
+    spend = a.spend
     provider, model = _split_model(arm.driver_model)
-    run_dir = a.materialized.run_dir if a.materialized is not None else None
-    line = _head(
-        run_id, rollout_id(run_id, cell_id, n, "supervisor", None), None, spec, "supervisor"
-    )
-    line["policy"] = {
-        "harness": "pi-loops",
-        "harness_version": None,
-        "model": model,
-        "provider": provider,
-        "profile_commit": a.provenance.commit if a.provenance is not None else None,
-        "sampling": None,
-    }
-    line["messages"] = []
-    line["tool_defs"] = []
+    run_dir = a.run_dir
     spent_tokens = so.spent_tokens if so is not None else None
     spent_usd = so.spent_usd if so is not None else None
     if spend is not None:
         spent_tokens = spent_tokens if spent_tokens is not None else spend.spent_tokens
         spent_usd = spent_usd if spent_usd is not None else spend.spent_usd
-    line["outcome"] = {
-        "reward": reward,
-        "realness_gated": False,
-        "reward_source": source,
-        "verdict": _verdict_value(a.verdict),
-        "metrics": {
-            "resolved": a.verdict.resolved if a.verdict is not None else None,
-            "verify_pass": v.verify_pass if v is not None else None,
-            "patch_lines": v.patch_lines if v is not None else None,
+    metrics = _verified_metrics(a, "verify_pass", "patch_lines")
+    metrics.update(
+        {
             "judge_attempts": None,
             "judge_wall_s": None,
             "spent_tokens": spent_tokens,
@@ -344,31 +355,30 @@ def _supervisor_line(
             "settled": None,
             "subtasks": None,
             "cached": None,
-            "scored": scored,
-            "not_scored_reason": v.not_scored_reason if v is not None else None,
-            "rc": rc,
-            "attempt": n,
-        },
-        "is_completed": scored and error is None,
-        "is_truncated": timed_out or (so is not None and so.status == "running"),
-        "error": error,
-    }
-    line["cost"] = {
-        "usd": spend.cost_usd if spend is not None else None,
-        "tokens_in": None,
-        "tokens_out": None,
-        "tokens_reasoning": None,
-        "cache_read": None,
-        "cache_write": None,
-        "wall_s": wall_s,
-    }
-    line["artifacts"] = {
-        "patch_path": v.patch_path if v is not None else None,
-        "run_dir": run_dir,
-        "transcript_ref": f"{run_dir}/brain.jsonl" if run_dir is not None else None,
-    }
-    line["provenance"] = _provenance(captured_at, BRAIN_GAP)
-    return line
+        }
+    )
+    metrics.update(_run_metrics(a, n))
+    error = a.error
+    return rollout_line(
+        _head(run_id, rollout_id(run_id, cell_id, n, "supervisor", None), None, spec, "supervisor"),
+        _task(spec),
+        Policy(harness="pi-loops", model=model, provider=provider, profile_commit=a.profile_commit),
+        [],
+        _judged_outcome(
+            a,
+            metrics,
+            is_completed=_scored(a) and error is None,
+            is_truncated=_timed_out(a) or (so is not None and so.status == "running"),
+        ),
+        # The brain's token split is not recorded; the episode's receipt is the cost.
+        Cost(usd=spend.cost_usd if spend is not None else None, wall_s=_wall_s(a)),
+        Artifacts(
+            patch_path=a.verified.patch_path if a.verified is not None else None,
+            run_dir=run_dir,
+            transcript_ref=f"{run_dir}/brain.jsonl" if run_dir is not None else None,
+        ),
+        Provenance(captured_at=captured_at, gap=BRAIN_GAP),
+    )
 
 
 def _worker_line(
@@ -387,56 +397,42 @@ def _worker_line(
     info = opencode_session_info(session.row) if session is not None else None
     reward, source = _reward(a.verdict)
     key = session.session_id if session is not None else f"cwd:{cwd}"
-    line = _head(run_id, rollout_id(run_id, cell_id, n, "worker", key), parent, spec, "worker")
-    line["policy"] = {
-        "harness": "opencode",
-        "harness_version": None,
-        "model": info.model_id if info is not None else None,
-        "provider": info.provider_id if info is not None else None,
-        "profile_commit": a.provenance.commit if a.provenance is not None else None,
-        "sampling": None,
-    }
-    line["messages"] = messages
-    line["tool_defs"] = []
-    line["outcome"] = {
-        "reward": reward,
-        "realness_gated": False,
-        "reward_source": None if source is None else f"{source}/inherited",
-        "verdict": None,
-        "metrics": {
-            "worker_cwd": cwd,
-            "session_agent": info.agent if info is not None else None,
-            "session_parent_id": info.parent_id if info is not None else None,
-            "has_session": session is not None,
-            "unreadable": len(session.unreadable) if session is not None else None,
-        },
-        "is_completed": session is not None and len(messages) > 0,
-        "is_truncated": False,
-        "error": None,
-    }
-    row = session.row if session is not None else {}
-    wall = (
-        js_round((float(info.time_updated) - float(info.time_created)) / 1000)
-        if info is not None
-        else None
-    )
-    line["cost"] = {
-        "usd": _num(row.get("cost")),
-        "tokens_in": _num(row.get("tokens_input")),
-        "tokens_out": _num(row.get("tokens_output")),
-        "tokens_reasoning": _num(row.get("tokens_reasoning")),
-        "cache_read": _num(row.get("tokens_cache_read")),
-        "cache_write": _num(row.get("tokens_cache_write")),
-        "wall_s": wall,
-    }
-    line["artifacts"] = {
-        "patch_path": None,
-        "run_dir": a.materialized.run_dir if a.materialized is not None else None,
-        "transcript_ref": f"opencode:{session.session_id}" if session is not None else None,
-    }
     if not messages and gap is None and session is not None:
         gap = f"opencode session {session.session_id} has no readable message parts"
-    line["provenance"] = _provenance(captured_at, gap)
+    line = rollout_line(
+        _head(run_id, rollout_id(run_id, cell_id, n, "worker", key), parent, spec, "worker"),
+        _task(spec),
+        Policy(
+            harness="opencode",
+            model=info.model_id if info is not None else None,
+            provider=info.provider_id if info is not None else None,
+            profile_commit=a.profile_commit,
+        ),
+        messages,
+        # Episode-level credit: the worker has no verdict of its own.
+        Outcome(
+            reward=reward,
+            reward_source=None if source is None else f"{source}/inherited",
+            verdict=None,
+            metrics={
+                "worker_cwd": cwd,
+                "session_agent": info.agent if info is not None else None,
+                "session_parent_id": info.parent_id if info is not None else None,
+                "has_session": session is not None,
+                "unreadable": len(session.unreadable) if session is not None else None,
+            },
+            is_completed=session is not None and len(messages) > 0,
+            is_truncated=False,
+            error=None,
+        ),
+        _session_cost(session, info) if session is not None and info is not None else Cost(),
+        Artifacts(
+            patch_path=None,
+            run_dir=a.run_dir,
+            transcript_ref=f"opencode:{session.session_id}" if session is not None else None,
+        ),
+        Provenance(captured_at=captured_at, gap=gap),
+    )
     return line, len(messages)
 
 
@@ -455,17 +451,17 @@ def project_cell(
         a = attempts[n]
         if a.unavailable is not None:
             stats["opencodeDbAvailable"] = False
-        ending = a.recovered or (a.failed if a.started is not None else None)
-        if ending is None:
+        ended_at_ms = a.ended_at_ms
+        if ended_at_ms is None:
             continue
-        captured_at = iso_ms(ending.recorded_at_ms)
+        captured_at = iso_ms(ended_at_ms)
         ctx = f"cell {cell_id} attempt {n}"
         if not isinstance(spec.arm, SupervisorArm):
             line = _agent_line(run_id, cell_id, n, a, spec, captured_at)
-            _push(lines, stats, line, f"{ctx} agent line")
+            count_line(lines, stats, line, f"{ctx} agent line")
             continue
         sup = _supervisor_line(run_id, cell_id, n, a, spec, captured_at)
-        _push(lines, stats, sup, f"{ctx} supervisor line")
+        count_line(lines, stats, sup, f"{ctx} supervisor line")
         parent = sup["rollout_id"]
         workers = sorted(
             (s for s in a.sessions.values() if s.purpose == "worker"),
@@ -477,15 +473,15 @@ def project_cell(
                 run_id, cell_id, n, a, spec, captured_at, parent, s.directory, s, None
             )
             stats["workerSessionsJoined" if count else "workerSessionsEmpty"] += 1
-            _push(lines, stats, line, f"{ctx} worker line")
+            count_line(lines, stats, line, f"{ctx} worker line")
         for cwd in a.unmatched:
             covered.add(cwd)
             gap = f"no opencode session found for worker cwd {cwd}"
             line, _ = _worker_line(run_id, cell_id, n, a, spec, captured_at, parent, cwd, None, gap)
             stats["workerCwdsMissed"] += 1
-            _push(lines, stats, line, f"{ctx} worker line")
+            count_line(lines, stats, line, f"{ctx} worker line")
         if a.unavailable is not None:
-            spend = a.recovered.event.spend if a.recovered is not None else None  # type: ignore[attr-defined]
+            spend = a.spend
             known = list(dict.fromkeys(spend.worker_cwds or [])) if spend is not None else []
             missing: list[str | None] = [c for c in known if c not in covered]
             if not known:
@@ -500,5 +496,5 @@ def project_cell(
                     run_id, cell_id, n, a, spec, captured_at, parent, gap_cwd, None, gap
                 )
                 stats["workerCwdsMissed"] += 1
-                _push(lines, stats, line, f"{ctx} worker line")
+                count_line(lines, stats, line, f"{ctx} worker line")
     return lines
