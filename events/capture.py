@@ -58,20 +58,33 @@ class WorkerCwdUnmatched(Event, tag="capture.worker-cwd-unmatched", frozen=True,
 
 
 class ProposerShotCaptured(Event, tag="capture.proposer-shot", frozen=True, kw_only=True):
+    """A proposer shot receipt file (stream ``proposer/shot/<path under proposer-shots>``),
+    captured each time its content changes; the latest capture of a stream is the receipt."""
+
     path: str
     author: str | None
     generation: int
     candidate_index: int
     shot: int
     # The receipt file verbatim (JSON text), or None with the error when unreadable.
+    # Content that is not a receipt (not JSON, no receipt object) is kept with the error.
     content: str | None
     error: str | None = None
+    # sha256 (hex) of the file's bytes; None when they could not be read.
+    sha256: str | None = None
+    size: int | None = None
+    # The worktree the shot ran in (its Claude Code cwd), resolved when captured.
+    worktree: str | None = None
 
 
 class ClaudeTranscriptCaptured(Event, tag="capture.claude-transcript", frozen=True, kw_only=True):
-    """A Claude Code transcript of a proposer worktree, verbatim."""
+    """A Claude Code transcript of a proposer worktree, verbatim (stream
+    ``proposer/transcript/<project slug>/<file>``); re-captured when its content changed."""
 
     cwd: str
     path: str
     session_id: str
     content: str
+    # sha256 (hex) of the file's bytes (content is their UTF-8 decoding, U+FFFD for bad bytes).
+    sha256: str | None = None
+    size: int | None = None

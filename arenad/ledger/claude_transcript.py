@@ -39,6 +39,7 @@ from typing import Any
 import msgspec
 
 from arenad.ledger.js import js_parse, js_stringify
+from arenad.proposer.layout import claude_project_slug  # one rule for capture and join
 
 __all__ = [
     "ClaudeTranscript",
@@ -69,21 +70,6 @@ class ClaudeTranscript(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: str | None
     model: str | None
     usage: ClaudeUsage
-
-
-def claude_project_slug(cwd: str) -> str:
-    """Claude Code's project directory name for ``cwd``.
-
-    Every character outside ``[A-Za-z0-9-]`` becomes ``-``. JS replaces per UTF-16 code
-    unit, so a character beyond the BMP becomes ``--``.
-    """
-    out: list[str] = []
-    for ch in cwd:
-        if ch.isascii() and (ch.isalnum() or ch == "-"):
-            out.append(ch)
-        else:
-            out.append("--" if ord(ch) > 0xFFFF else "-")
-    return "".join(out)
 
 
 def _is_blank(line: str) -> bool:
