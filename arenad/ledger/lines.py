@@ -32,6 +32,7 @@ __all__ = [
     "number_or_none",
     "rollout_line",
     "stats_json",
+    "tally_line",
 ]
 
 Number = int | float
@@ -173,8 +174,13 @@ def count_line(
     lines: list[dict[str, Any]], stats: LedgerStats, line: dict[str, Any], ctx: str
 ) -> None:
     """Validate ``line`` (``InvalidRolloutLine`` naming ``ctx``), keep it, count it."""
-    assert_rollout_line(line, ctx)
+    tally_line(stats, line, ctx)
     lines.append(line)
+
+
+def tally_line(stats: LedgerStats, line: dict[str, Any], ctx: str) -> None:
+    """Validate ``line`` (``InvalidRolloutLine`` naming ``ctx``) and count it."""
+    assert_rollout_line(line, ctx)
     stats["lines"] += 1
     by_role: dict[str, int] = stats["byRole"]
     by_role[line["role"]] = by_role.get(line["role"], 0) + 1

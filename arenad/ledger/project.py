@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 from arenad.ledger.js import iso_ms, js_round
 from arenad.ledger.lines import (
@@ -60,7 +62,15 @@ from events import cell as ev
 from events.base import Recorded
 from events.specs import CellSpec, CommandArm, SoloArm, SupervisorArm
 
-__all__ = ["BRAIN_GAP", "LedgerStats", "new_stats", "project_cell", "stats_json"]
+__all__ = [
+    "BRAIN_GAP",
+    "CellResolution",
+    "LedgerStats",
+    "cell_resolution",
+    "new_stats",
+    "project_cell",
+    "stats_json",
+]
 
 BRAIN_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
 
@@ -146,6 +156,8 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
         match e:
             case ev.CellSubmitted():
                 spec = e.spec
+            case ev.CellRetried():
+                at(e.attempt)  # opened: the cell's current attempt, even before it runs
             case ev.CellMaterialized():
                 at(e.attempt).materialized = e
             case ev.RunStarted():
@@ -498,3 +510,38 @@ def project_cell(
                 stats["workerCwdsMissed"] += 1
                 count_line(lines, stats, line, f"{ctx} worker line")
     return lines
+
+
+class CellResolution(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a cell's current attempt stands for its candidate's resolved count."""
+
+    campaign: str
+    instance_id: str
+    rep: int
+    # resolved/unresolved: a verdict's ``resolved`` said so, or the attempt failed (the
+    # reference counts a cell with no result as unresolved); pending: not known yet.
+    status: Literal["resolved", "unresolved", "pending"]
+    judge: str | None
+    profile_commit: str | None
+
+
+def cell_resolution(records: Sequence[Recorded]) -> CellResolution | None:
+    """The cell's current (highest) attempt: resolved, unresolved or still pending."""
+    spec, attempts = _collect(records)
+    if spec is None:
+        return None
+    a = attempts[max(attempts)] if attempts else _Attempt()
+    verdict = a.verdict
+    status: Literal["resolved", "unresolved", "pending"] = "pending"
+    if a.failed is not None:
+        status = "unresolved"
+    elif a.recovered is not None and verdict is not None and verdict.resolved is not None:
+        status = "resolved" if verdict.resolved else "unresolved"
+    return CellResolution(
+        campaign=spec.campaign,
+        instance_id=spec.instance.instance_id,
+        rep=spec.rep,
+        status=status,
+        judge=verdict.judge if verdict is not None and status != "pending" else None,
+        profile_commit=a.profile_commit,
+    )

@@ -5,23 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from arenad.cell.machine import cell_stream
 from arenad.daemon.cell_writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.ledger.project import LedgerStats, new_stats, project_cell
+from arenad.ledger.project import LedgerStats, cell_resolution, new_stats, project_cell
+from arenad.ledger.proposer import (
+    CandidateTally,
+    CapturedTranscript,
+    captured_transcript,
+    project_shot,
+)
 from arenad.ledger.rollout import write_ledger_atomically
+from arenad.proposer.layout import SHOT_PREFIX, TRANSCRIPT_PREFIX, claude_project_slug
 from arenad.store.base import EventStore
 from events.base import Recorded
+from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
 
 __all__ = ["default_run_id", "project_ledger", "project_store", "record_verdict"]
 
 CELL_PREFIX = "cell/"
+
+T = TypeVar("T")
 
 
 def default_run_id(cell_ids: Sequence[str]) -> str:
@@ -35,23 +45,64 @@ async def _cell_records(store: EventStore, cell_id: str) -> list[Recorded]:
     return await store.read_streams(streams)
 
 
+async def _latest(store: EventStore, stream: str) -> Recorded:
+    """A stream's last event only: a transcript stream holds many snapshots."""
+    version = await store.stream_version(stream)
+    return (await store.read_stream(stream, version - 1))[-1]
+
+
+async def _project_transcripts(store: EventStore, slug: str) -> list[CapturedTranscript]:
+    streams = await store.streams(f"{TRANSCRIPT_PREFIX}{slug}/")
+    return [captured_transcript(await _latest(store, s)) for s in streams]
+
+
 async def project_store(
     store: EventStore, out: Path, cells: Sequence[str] = (), run_id: str | None = None
 ) -> LedgerStats:
-    """Project ``store`` into ``out``; one cell's events are in memory at a time."""
+    """Project ``store`` into ``out``: every cell's lines, then (without a ``cells``
+    filter) one proposer line per captured shot receipt.
+
+    Memory is bounded by one cell (or one worktree's transcripts), never the log: cells
+    are read one at a time and lines stream to the file as they are made.
+    """
     all_cells = sorted(s[len(CELL_PREFIX) :] for s in await store.streams(CELL_PREFIX))
     chosen = sorted(set(cells)) if cells else all_cells
     unknown = [c for c in chosen if c not in set(all_cells)]
     if unknown:
         raise UserError(f"no such cell: {unknown[0]}")
     rid = run_id if run_id else default_run_id(all_cells)
+    with_proposers = not cells
     stats = new_stats()
     loop = asyncio.get_running_loop()
 
+    def wait(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
     def lines() -> Iterator[dict[str, Any]]:
+        candidates = CandidateTally()
         for cid in chosen:
-            records = asyncio.run_coroutine_threadsafe(_cell_records(store, cid), loop).result()
+            records = wait(_cell_records(store, cid))
             yield from project_cell(cid, records, rid, stats)
+            if with_proposers and candidates.wants(cid):
+                resolution = cell_resolution(records)
+                if resolution is not None:
+                    candidates.add(resolution)
+        if not with_proposers:
+            return
+        # Proposer lines last, by receipt path; the shots of one worktree are adjacent,
+        # so its parsed transcripts are kept for the next shot and then dropped.
+        slug: str | None = None
+        transcripts: list[CapturedTranscript] = []
+        for stream in wait(store.streams(SHOT_PREFIX)):
+            shot = wait(_latest(store, stream))
+            event = shot.event
+            assert isinstance(event, ProposerShotCaptured)
+            wanted = claude_project_slug(event.worktree) if event.worktree is not None else None
+            if wanted != slug:
+                slug = wanted
+                transcripts = wait(_project_transcripts(store, slug)) if slug is not None else []
+            candidate = candidates.outcome(event.generation, event.candidate_index)
+            yield project_shot(shot, transcripts, candidate, rid, stats)
 
     await asyncio.to_thread(write_ledger_atomically, out, lines())
     return stats
