@@ -139,14 +139,19 @@ def events(
     json_: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     async def emit() -> None:
-        async for r in services.events(_ctx.home, after, follow):
-            if json_:
-                line = recorded_to_json(r).decode()
-            else:
-                line = history_lines([r])[0].replace("  #", f"  {r.stream}  #", 1)
-            sys.stdout.write(line + "\n")
-            if follow:
-                sys.stdout.flush()
+        # aclosing: when printing stops early (the reader closed the pipe, Ctrl-C), the
+        # generator — and the store it holds open — is closed here, inside this task.
+        # Left to asyncio.run's shutdown, that close fails ("coroutine ignored
+        # GeneratorExit"), prints a traceback, and aiosqlite's threads keep the process alive.
+        async with contextlib.aclosing(services.events(_ctx.home, after, follow)) as source:
+            async for r in source:
+                if json_:
+                    line = recorded_to_json(r).decode()
+                else:
+                    line = history_lines([r])[0].replace("  #", f"  {r.stream}  #", 1)
+                sys.stdout.write(line + "\n")
+                if follow:
+                    sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):
         run(emit())
@@ -187,7 +192,7 @@ def submit(
 
 
 @command(
-    "Run cells until stopped (or until idle), writing every transition to the log.",
+    "Run cells until stopped (or idle), writing every transition to the log.",
     "arenad daemon --max-parallel 4 --until-idle",
 )
 def daemon(
@@ -314,7 +319,7 @@ def scripted_model(
 
 
 @command(
-    "Project the event log into a tangle.rollout.v1 ledger (prints the stats JSON).",
+    "Project the event log into a tangle.rollout.v1 ledger; print its stats.",
     "arenad project-ledger out/rollouts.jsonl --cell c1:inst:solo:0",
 )
 def project_ledger(

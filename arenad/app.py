@@ -6,7 +6,7 @@ They open the store, do one thing, and return data; cli.py prints it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiosqlite
@@ -73,7 +73,9 @@ async def history(home: Home, cell_id: str) -> list[Recorded]:
     return recorded
 
 
-async def events(home: Home, after: int, follow: bool) -> AsyncIterator[Recorded]:
+async def events(home: Home, after: int, follow: bool) -> AsyncGenerator[Recorded, None]:
+    """Every event after ``after`` (then new ones, when following). It holds the store
+    open: a caller that stops early closes it (``contextlib.aclosing``)."""
     async with open_store(home) as store:
         source = store.follow(after) if follow else store.read_all(after)
         async for recorded in source:
