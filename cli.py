@@ -350,6 +350,31 @@ def record_verdict(
     typer.echo(f"verdict recorded for {cell} attempt {event.attempt}")
 
 
+@command(
+    "Capture proposer shot receipts and Claude transcripts into the log.",
+    "arenad capture-proposer-shots --claude-projects-dir ~/.claude/projects",
+)
+def capture_proposer_shots(
+    worktree_root: Annotated[
+        Path | None,
+        typer.Option(help="Where the shots' worktrees are. Default: <home>/proposer-wt"),
+    ] = None,
+    claude_projects_dir: Annotated[
+        Path | None,
+        typer.Option(help="Claude Code's projects dir. Default: ~/.claude/projects"),
+    ] = None,
+) -> None:
+    from arenad.proposer.service import capture_proposer_shots as capture
+
+    paths, counts = run(
+        capture(_ctx.home, worktree_root=worktree_root, claude_projects_dir=claude_projects_dir)
+    )
+    typer.echo(
+        f"{counts.receipts} receipt(s), {counts.transcripts} transcript(s) captured"
+        f" from {paths.shots_dir}"
+    )
+
+
 def main() -> None:
     app()
 
