@@ -38,6 +38,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 import msgspec
@@ -59,7 +60,6 @@ from arenad.errors import ConcurrencyError
 from arenad.proposer.layout import (
     SHOT_PREFIX,
     TRANSCRIPT_PREFIX,
-    ProposerPaths,
     ShotName,
     claude_project_slug,
     parse_shot_path,
@@ -75,6 +75,7 @@ __all__ = [
     "CaptureCounts",
     "CapturePolicy",
     "ProposerCapture",
+    "ProposerPaths",
     "ProposerShotWatcher",
     "run_proposer_capture",
     "scan_once",
@@ -85,6 +86,36 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 _RACE_RETRIES = 3
+
+
+class ProposerPaths(msgspec.Struct, frozen=True, kw_only=True):
+    """The three places proposer capture reads (absolute, symlinks resolved: Claude Code
+    names a project after its real cwd)."""
+
+    shots_dir: str
+    worktree_root: str
+    claude_projects_dir: str
+
+    @classmethod
+    def for_home(
+        cls,
+        home_root: str | os.PathLike[str],
+        *,
+        worktree_root: str | os.PathLike[str] | None = None,
+        claude_projects_dir: str | os.PathLike[str] | None = None,
+    ) -> ProposerPaths:
+        home = Path(home_root)
+        return cls(
+            shots_dir=os.path.realpath(home / "proposer-shots"),
+            worktree_root=os.path.realpath(
+                worktree_root if worktree_root is not None else home / "proposer-wt"
+            ),
+            claude_projects_dir=os.path.realpath(
+                Path(claude_projects_dir).expanduser()
+                if claude_projects_dir is not None
+                else Path("~/.claude/projects").expanduser()
+            ),
+        )
 
 
 class CapturePolicy(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,7 +6,8 @@ record them. Pure: names only, no I/O.
     <claude projects dir>/<slug(cwd)>/<session>.jsonl               its Claude transcripts
 
 The worktree root defaults to ``<home>/proposer-wt`` (the reference tree's
-``proposer-wt/``), the Claude projects dir to ``~/.claude/projects``; both can be given.
+``proposer-wt/``), the Claude projects dir to ``~/.claude/projects``; both can be given
+(``arenad.proposer.capture.ProposerPaths``).
 
 Streams: ``proposer/shot/<path under proposer-shots>`` holds the captures of one receipt
 file, ``proposer/transcript/<slug>/<file>`` those of one transcript; the latest event of
@@ -15,9 +16,8 @@ a stream is the file's current content.
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
-from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -25,7 +25,6 @@ import msgspec
 __all__ = [
     "SHOT_PREFIX",
     "TRANSCRIPT_PREFIX",
-    "ProposerPaths",
     "ShotName",
     "candidate_id",
     "claude_project_slug",
@@ -82,7 +81,7 @@ def worktree_cwd(root: str, name: ShotName) -> str:
     leaf = f"gen{name.generation}-cand{name.candidate_index}"
     if name.author is not None:
         leaf = f"{leaf}-{name.author}"
-    return os.path.join(root, leaf)
+    return posixpath.join(root, leaf)
 
 
 def claude_project_slug(cwd: str) -> str:
@@ -106,33 +105,3 @@ def shot_stream(rel: str) -> str:
 
 def transcript_stream(slug: str, file_name: str) -> str:
     return f"{TRANSCRIPT_PREFIX}{slug}/{file_name}"
-
-
-class ProposerPaths(msgspec.Struct, frozen=True, kw_only=True):
-    """The three places proposer capture reads (absolute, symlinks resolved: Claude Code
-    names a project after its real cwd)."""
-
-    shots_dir: str
-    worktree_root: str
-    claude_projects_dir: str
-
-    @classmethod
-    def for_home(
-        cls,
-        home_root: str | os.PathLike[str],
-        *,
-        worktree_root: str | os.PathLike[str] | None = None,
-        claude_projects_dir: str | os.PathLike[str] | None = None,
-    ) -> ProposerPaths:
-        home = Path(home_root)
-        return cls(
-            shots_dir=os.path.realpath(home / "proposer-shots"),
-            worktree_root=os.path.realpath(
-                worktree_root if worktree_root is not None else home / "proposer-wt"
-            ),
-            claude_projects_dir=os.path.realpath(
-                Path(claude_projects_dir).expanduser()
-                if claude_projects_dir is not None
-                else Path("~/.claude/projects").expanduser()
-            ),
-        )

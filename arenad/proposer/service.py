@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arenad.home import Home, open_store
-from arenad.proposer.capture import CaptureCounts, scan_once
-from arenad.proposer.layout import ProposerPaths
+from arenad.proposer.capture import CaptureCounts, ProposerPaths, scan_once
 
 __all__ = ["capture_proposer_shots"]
 

@@ -22,8 +22,8 @@ from arenad.ledger.proposer import (
 )
 from arenad.ledger.rollout import validate_rollout_line
 from arenad.ledger.service import project_store
-from arenad.proposer.capture import scan_once
-from arenad.proposer.layout import ProposerPaths, claude_project_slug
+from arenad.proposer.capture import ProposerPaths, scan_once
+from arenad.proposer.layout import claude_project_slug
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev

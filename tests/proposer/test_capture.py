@@ -15,12 +15,12 @@ import pytest
 from arenad.proposer.capture import (
     CapturePolicy,
     ProposerCapture,
+    ProposerPaths,
     ProposerShotWatcher,
     run_proposer_capture,
     scan_once,
 )
 from arenad.proposer.layout import (
-    ProposerPaths,
     candidate_id,
     claude_project_slug,
     parse_shot_path,
