@@ -4,15 +4,15 @@ projection (``arenad.ledger.project``), write the ledger atomically; record a ve
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arenad.cell.machine import cell_stream
+from arenad.cell.machine import cell_stream, next_status
 from arenad.daemon.cell_writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
+from arenad.judge import VerdictError, parse_verdict
 from arenad.ledger.project import LedgerStats, cell_resolution, new_stats, project_cell
 from arenad.ledger.proposer import (
     CandidateTally,
@@ -26,6 +26,7 @@ from arenad.store.base import EventStore
 from events.base import Recorded
 from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
+from events.codec import event_tag_of_type
 
 __all__ = ["default_run_id", "project_ledger", "project_store", "record_verdict"]
 
@@ -115,48 +116,35 @@ async def project_ledger(
         return await project_store(store, out, cells, run_id)
 
 
-def _parse_verdict(path: Path) -> tuple[str, dict[str, Any]]:
+def _read_verdict(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise UserError(f"{path}: the verdict must be a JSON object")
-    return text, doc
 
 
 async def record_verdict(home: Home, cell_id: str, path: Path) -> JudgeVerdictRecorded:
     """Append an operator verdict (``judge.json``) to the cell's current attempt.
 
-    Fields read: ``resolved`` (bool), ``score`` (number; else ``composite``), ``judge``
-    (string, default ``swe-arena-official-judge``); the document is kept verbatim.
+    The document is read as ``arenad.judge.parse_verdict`` reads a judge's (``resolved``,
+    ``score`` else ``composite``, ``judge`` default ``swe-arena-official-judge``) and
+    kept verbatim.
     """
-    text, doc = _parse_verdict(path)
-    resolved = doc.get("resolved")
-    if resolved is not None and not isinstance(resolved, bool):
-        raise UserError(f"{path}: 'resolved' must be true, false or null")
-    score: Any = doc.get("score", doc.get("composite"))
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
-        raise UserError(f"{path}: 'score' must be a number or null")
-    judge = doc.get("judge", "swe-arena-official-judge")
-    if not isinstance(judge, str) or not judge:
-        raise UserError(f"{path}: 'judge' must be a non-empty string")
+    text = _read_verdict(path)
+    try:
+        parse_verdict(text, attempt=1)  # refuse a bad document before opening the store
+    except VerdictError as exc:
+        raise UserError(f"{path}: {exc}") from None
     async with open_store(home) as store:
         if not await store.stream_version(cell_stream(cell_id)):
             raise UserError(f"no such cell: {cell_id}")
         writer = CellWriter(store, cell_id)
         state = await writer.load()
-        event = JudgeVerdictRecorded(
-            attempt=state.attempt,
-            judge=judge,
-            verdict_json=text,
-            resolved=resolved,
-            score=None if score is None else float(score),
-            source="operator",
-        )
+        if next_status(state.status, event_tag_of_type(JudgeVerdictRecorded)) is None:
+            raise UserError(
+                f"{cell_id} is {state.status} (attempt {state.attempt}): a verdict is"
+                " recorded once the attempt is verified"
+            )
+        event = parse_verdict(text, attempt=state.attempt, source="operator")
         await writer.append([event])
         return event

@@ -156,3 +156,42 @@ def test_an_invalid_line_exits_non_zero_naming_the_cell(tmp_path: Path) -> None:
     assert f"cell {cell_id} attempt 1 agent line" in done.stderr
     assert "task.instance_id" in done.stderr
     assert out.read_bytes() == b""  # the ledger it would have replaced is untouched
+
+
+def test_record_verdict_labels_the_reward_and_refuses_what_it_cannot_record(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    arenad(home, "init")
+    asyncio.run(build_campaign(home))
+    waiting = make_spec(instance_id="bug-3")
+
+    async def submit_only() -> None:
+        async with open_store(Home(home)) as store:
+            await store.append(f"cell/{waiting.cell_id}", 0, [ev.CellSubmitted(spec=waiting)])
+
+    asyncio.run(submit_only())
+    sup = make_spec(instance_id="bug-2", arm="SUP", supervisor=True).cell_id
+    verdict = tmp_path / "judge.json"
+    verdict.write_text('{"resolved": false, "score": 0.25, "judge": "op"}')
+    assert arenad(home, "record-verdict", sup, str(verdict)).stdout == (
+        f"verdict recorded for {sup} attempt 1\n"
+    )
+    out = tmp_path / "ledger.jsonl"
+    arenad(home, "project-ledger", str(out))
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    (sup_line,) = [x for x in lines if x["role"] == "supervisor"]
+    (worker,) = [x for x in lines if x["role"] == "worker"]
+    assert sup_line["outcome"]["reward"] == 0.25 and sup_line["outcome"]["reward_source"] == "op"
+    assert sup_line["outcome"]["verdict"] == {"resolved": False, "score": 0.25, "judge": "op"}
+    assert worker["outcome"]["reward"] == 0.25
+    assert worker["outcome"]["reward_source"] == "op/inherited"
+
+    early = arenad(home, "record-verdict", waiting.cell_id, str(verdict), ok=False)
+    assert early.returncode == 2
+    assert f"{waiting.cell_id} is submitted (attempt 1)" in early.stderr
+    verdict.write_text('{"resolved": "yes"}')
+    bad = arenad(home, "record-verdict", sup, str(verdict), ok=False)
+    assert bad.returncode == 2 and "'resolved' must be true, false or null" in bad.stderr
+    unknown = arenad(home, "record-verdict", "demo:nope:SOLO:0", str(tmp_path), ok=False)
+    assert unknown.returncode == 2

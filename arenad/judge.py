@@ -1,0 +1,120 @@
+"""Verdicts: the optional campaign judge command, and the verdict document both it and
+``arenad record-verdict`` produce.
+
+A verdict document is a JSON object. Fields read: ``resolved`` (true/false/null),
+``score`` (a number or null; else ``composite``), ``judge`` (a non-empty string; default
+the judge's name). The document is kept verbatim in ``JudgeVerdictRecorded.verdict_json``.
+
+The judge command runs after verify as ``bash -c <command>`` in the workspace, with the
+verify gate's environment (provider secrets removed: a judge must not pass a patch only
+because a key leaked in). Its stdout is the verdict, written to ``<run_dir>/judge.json``
+(the reference's name), its stderr to ``<run_dir>/judge.log``. A judge that fails, times
+out or prints no verdict still gives a ``JudgeVerdictRecorded``: ``resolved`` and
+``score`` null (no reward: a labeled gap, never 0) and a document naming what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from arenad.proc import SpawnError, run
+from arenad.secrets import strip_provider_secrets
+from events.cell import JudgeVerdictRecorded
+from events.specs import JudgeSpec
+
+__all__ = ["DEFAULT_JUDGE", "VerdictError", "parse_verdict", "run_judge"]
+
+DEFAULT_JUDGE = "swe-arena-official-judge"
+_TAIL = 2000
+
+
+class VerdictError(ValueError):
+    """A verdict document that cannot be read (the message says why)."""
+
+
+def parse_verdict(
+    text: str,
+    *,
+    attempt: int,
+    default_judge: str = DEFAULT_JUDGE,
+    source: Literal["command", "operator"] = "operator",
+) -> JudgeVerdictRecorded:
+    """The event for a verdict document; ``VerdictError`` if it is not one."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise VerdictError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise VerdictError("the verdict must be a JSON object")
+    resolved = doc.get("resolved")
+    if resolved is not None and not isinstance(resolved, bool):
+        raise VerdictError("'resolved' must be true, false or null")
+    score: Any = doc.get("score", doc.get("composite"))
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+        raise VerdictError("'score' must be a number or null")
+    judge = doc.get("judge", default_judge)
+    if not isinstance(judge, str) or not judge:
+        raise VerdictError("'judge' must be a non-empty string")
+    return JudgeVerdictRecorded(
+        attempt=attempt,
+        judge=judge,
+        verdict_json=text,
+        resolved=resolved,
+        score=None if score is None else float(score),
+        source=source,
+    )
+
+
+def _no_verdict(spec: JudgeSpec, attempt: int, error: str, stdout: str) -> JudgeVerdictRecorded:
+    doc = {"error": error, "stdout_tail": stdout[-_TAIL:]}
+    return JudgeVerdictRecorded(
+        attempt=attempt,
+        judge=spec.name,
+        verdict_json=json.dumps(doc, ensure_ascii=False),
+        resolved=None,
+        score=None,
+        source="command",
+    )
+
+
+async def run_judge(
+    spec: JudgeSpec,
+    *,
+    attempt: int,
+    workspace: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    abort_event: asyncio.Event | None = None,
+) -> JudgeVerdictRecorded:
+    """Run the campaign's judge for one attempt; always returns the event to append."""
+    out = Path(run_dir) / "judge.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = await run(
+            ["bash", "-c", spec.command],
+            cwd=workspace,
+            env=strip_provider_secrets(dict(os.environ if env is None else env)),
+            timeout_s=spec.timeout_s,
+            stdout_path=out,
+            stderr_path=out.with_name("judge.log"),
+            abort_event=abort_event,
+            capture_limit=0,
+        )
+    except SpawnError as exc:
+        return _no_verdict(spec, attempt, f"judge could not start: {exc.reason}", "")
+    stdout = await asyncio.to_thread(out.read_text, encoding="utf-8", errors="replace")
+    if result.timed_out:
+        return _no_verdict(spec, attempt, f"judge timed out after {spec.timeout_s:g}s", stdout)
+    if result.aborted:
+        return _no_verdict(spec, attempt, "judge aborted", stdout)
+    if result.code != 0:
+        return _no_verdict(spec, attempt, f"judge exited {result.code}", stdout)
+    try:
+        return parse_verdict(stdout, attempt=attempt, default_judge=spec.name, source="command")
+    except VerdictError as exc:
+        return _no_verdict(spec, attempt, f"judge printed no verdict: {exc}", stdout)
