@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,6 @@ import pytest
 from arenad.arms import supervisor_figures as figures
 from events import cell as ev
 from events.base import Event
-from events.capture import WorkerCwdUnmatched
 from events.ingest import (
     FileSnapshotted,
     FileTruncated,
@@ -21,79 +18,43 @@ from events.ingest import (
     LineIngested,
     LineMalformed,
 )
+from tests.arms.support import (
+    SUP_RUN,
+    assert_files_ingested_exactly,
+    daemon_until_idle,
+    live_group_members,
+    stream_events,
+    submit,
+    supervisor_campaign,
+    supervisor_files,
+)
 from tests.conftest import make_repo
-from tests.daemon.support import cli, env_with, read_all, start_daemon
+from tests.daemon.support import env_with
 
-DRIVER = Path(__file__).resolve().parents[1] / "fakes" / "supervisor-driver"
 CELL = "sup:i1:SUP:0"
-
-
-def _campaign(tmp_path: Path, *, timeout_s: float = 60, knobs: str = "") -> Path:
-    repo = tmp_path / "repo"
-    base = make_repo(repo, {"a.txt": "a\n"})
-    loops = tmp_path / "loops"
-    make_repo(loops, {"README": "loops\n"})
-    driver = json.dumps([sys.executable, str(DRIVER), "{ws}", "{params}"])
-    text = f"""name = "sup"
-split = "dev"
-[materializer]
-kind = "git"
-source = {json.dumps(str(repo))}
-[[instances]]
-instance_id = "i1"
-base_commit = "{base}"
-problem_statement = "do the thing"
-verify_cmd = "true"
-[[arms]]
-name = "SUP"
-kind = "supervisor"
-worker_model = "scripted/w"
-driver_model = "scripted/d"
-timeout_s = {timeout_s}
-loops_repo = {json.dumps(str(loops))}
-driver_cmd = {driver}
-env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000"{knobs} }}
-"""
-    path = tmp_path / "c.toml"
-    path.write_text(text)
-    return path
 
 
 def _run(
     tmp_path: Path, mode: str, *, timeout_s: float = 60
 ) -> tuple[Path, list[Event], list[Event]]:
     home = tmp_path / "home"
-    camp = _campaign(tmp_path, timeout_s=timeout_s)
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    loops = tmp_path / "loops"
+    make_repo(loops, {"README": "loops\n"})
+    camp = supervisor_campaign(
+        tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops, timeout_s=timeout_s
+    )
+    submit(home, camp)
     env = env_with(FAKE_SUP_MODE=mode, FAKE_SUP_PAUSE="0.2")
-    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
-    try:
-        assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
-    records = read_all(home)
-    cell = [r.event for r in records if r.stream == f"cell/{CELL}"]
-    ingest = [r.event for r in records if r.stream == f"ingest/{CELL}/1"]
-    return home, cell, ingest
+    records = daemon_until_idle(home, env, tmp_path / "daemon.err")
+    return home, stream_events(records, f"cell/{CELL}"), stream_events(records, f"ingest/{CELL}/1")
 
 
 def _one(events: list[Event], kind: type) -> Event:
     found = [e for e in events if isinstance(e, kind)]
     assert len(found) == 1, (kind, found)
     return found[0]
-
-
-def _file_bytes(ingest: list[Event], source: str, path: str) -> bytes:
-    out = b""
-    for e in ingest:
-        if isinstance(e, (LineIngested, LineMalformed)) and (e.source, e.path) == (source, path):
-            raw = base64.b64decode(e.raw) if e.encoding == "base64" else e.raw.encode()
-            out += raw + (b"" if e.partial else b"\n")
-    return out
 
 
 def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
@@ -107,16 +68,20 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     assert outcome.status == "completed" and outcome.delivered is True  # type: ignore[attr-defined]
     assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
     run_dir = Path(started.stdout_path).parent  # type: ignore[attr-defined]
-    sup = run_dir / "ws" / ".loops" / "supervisor" / "sup-1"
-    for rel in ("journal.jsonl", "workers/w1.ndjson", "workers/w2.ndjson", "progress.ndjson"):
-        assert _file_bytes(ingest, "supervisor", rel) == (sup / rel).read_bytes(), rel
-    assert _file_bytes(ingest, "brain", "brain.jsonl") == (run_dir / "brain.jsonl").read_bytes()
+    sup = run_dir / "ws" / SUP_RUN
+    assert supervisor_files(sup) == [
+        "journal.jsonl",
+        "progress.ndjson",
+        "workers/w1.ndjson",
+        "workers/w2.ndjson",
+    ]
+    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
     assert not any(getattr(e, "path", "").endswith(".inbox.ndjson") for e in ingest)
     snaps = [e for e in ingest if isinstance(e, FileSnapshotted)]
     assert json.loads(snaps[-1].content)["status"] == "completed"
     assert isinstance(ingest[-1], IngestionClosed)
     summary = figures.summarize(ingest)
-    assert (summary.spawned, summary.workers, summary.settled) == (3, 2, 2)
+    assert (summary.spawned, summary.workers, summary.settled) == (3, 2, 3)
     assert summary.subtasks == ["w1", "w2"]
     ws = run_dir / "ws"
     clones = [str(ws / ".loops" / "clones" / w) for w in ("w1", "w2")]
@@ -144,25 +109,51 @@ def test_not_scored(tmp_path: Path, mode: str, reason: str) -> None:
     _one(cell, ev.CellRecovered)
 
 
-def test_hang_times_out_and_still_recovers(tmp_path: Path) -> None:
+def test_hang_times_out_kills_the_group_and_still_recovers(tmp_path: Path) -> None:
     _home, cell, ingest = _run(tmp_path, "hang", timeout_s=4)
-    _one(cell, ev.RunTimedOut)
-    assert _one(cell, ev.CellVerified).scored is False  # type: ignore[attr-defined]
+    timed_out = _one(cell, ev.RunTimedOut)
+    assert timed_out.rc == 124  # type: ignore[attr-defined]
+    started = _one(cell, ev.RunStarted)
+    # The whole process group is gone, not just the driver.
+    assert live_group_members(started.pgid) == []  # type: ignore[attr-defined]
+    verified = _one(cell, ev.CellVerified)
+    assert verified.scored is False  # type: ignore[attr-defined]
+    assert "timed out" in (verified.not_scored_reason or "")  # type: ignore[attr-defined]
     spend = _one(cell, ev.CellRecovered).spend  # type: ignore[attr-defined]
     assert spend.worker_tok_journal == 30 and len(spend.worker_cwds) == 2
+    # The driver died mid-line: the trailing half line is ingested at run end, flagged partial.
+    run_dir = Path(started.stdout_path).parent  # type: ignore[attr-defined]
+    assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
+    partial = [e for e in ingest if isinstance(e, LineIngested | LineMalformed) and e.partial]
+    assert [(e.path, e.raw) for e in partial] == [
+        ("progress.ndjson", '{"kind":"progress","note":"never fin')
+    ]
+    assert isinstance(partial[0], LineMalformed)  # half a JSON object does not parse
     assert isinstance(ingest[-1], IngestionClosed)
+    # state.json still says running: not completed, so never scored.
+    assert _one(cell, ev.SupervisorOutcome).status == "running"  # type: ignore[attr-defined]
 
 
 def test_malformed_line(tmp_path: Path) -> None:
-    _home, _cell, ingest = _run(tmp_path, "malformed")
+    _home, cell, ingest = _run(tmp_path, "malformed")
     bad = [e for e in ingest if isinstance(e, LineMalformed)]
     assert [(b.path, b.raw) for b in bad] == [("journal.jsonl", "{not json")]
+    # Recorded, not fatal: the run completes, the figures skip the line, nothing is lost.
+    assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
+    summary = figures.summarize(ingest)
+    assert (summary.spawned, summary.workers, summary.settled) == (3, 2, 3)
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
 
 
 def test_truncated_file(tmp_path: Path) -> None:
     _home, cell, ingest = _run(tmp_path, "truncate")
     trunc = [e for e in ingest if isinstance(e, FileTruncated)]
-    assert [t.path for t in trunc] == ["progress.ndjson"]
+    assert [(t.path, t.reason, t.new_size) for t in trunc] == [("progress.ndjson", "shrunk", 0)]
     after = [e for e in ingest if isinstance(e, LineIngested) and e.path == "progress.ndjson"]
     assert "after truncation" in after[-1].raw and after[-1].offset == 0
-    assert not any(isinstance(e, WorkerCwdUnmatched) for e in cell)
+    # Everything before the truncation was ingested once; after it, the new content from 0.
+    assert trunc[0].previous_offset == after[-2].offset + after[-2].length + 1
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
+    assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]

@@ -1,0 +1,308 @@
+"""The supervisor arm end to end with real opencode workers: the real `arenad daemon` as a
+subprocess, the stand-in driver (tests/fakes/supervisor-driver) starting two real `opencode
+run` workers in clone dirs against the scripted model, and the cell's own opencode store read
+back here to check what arenad recovered from it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arenad.arms import supervisor_figures as figures
+from events import cell as ev
+from events.base import Event
+from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
+from events.ingest import FileSnapshotted, IngestionClosed, LineMalformed
+from tests.arms.support import (
+    SUP_RUN,
+    assert_files_ingested_exactly,
+    daemon_until_idle,
+    line_events,
+    live_group_members,
+    stream_events,
+    submit,
+    supervisor_campaign,
+)
+from tests.conftest import make_repo
+from tests.daemon.support import env_with
+from tests.opencode_support import RunningModel
+
+CELL = "supoc:i1:SUP:0"
+PROMPT, CACHED, COMPLETION, REASONING = 900, 100, 40, 5
+STEPS = 2  # model calls per worker: the edit, then the final text
+# One subtask per worker; the second label is longer than the 100 characters a subtask keeps.
+SUBTASKS = {
+    "add.py": (
+        "[add-bug] add() in add.py subtracts; make it add",
+        "a - b",
+        "a + b",
+    ),
+    "mul.py": (
+        "[mul-bug] mul() in mul.py adds its arguments instead of multiplying them;"
+        " make it return the product of a and b and change nothing else",
+        "a + b",
+        "a * b",
+    ),
+}
+SOURCES = {
+    "add.py": "def add(a, b):\n    return a - b\n",
+    "mul.py": "def mul(a, b):\n    return a + b\n",
+}
+
+
+def _script(second_step_delay_s: float | None = None) -> str:
+    parts = [
+        'final_text = "Done."',
+        "[usage]",
+        f"prompt_tokens = {PROMPT}",
+        f"completion_tokens = {COMPLETION}",
+        f"cached_tokens = {CACHED}",
+        f"reasoning_tokens = {REASONING}",
+        "[[models]]",
+        'id = "worker"',
+        "[[models]]",
+        'id = "driver"',
+    ]
+    for file, (label, old, new) in SUBTASKS.items():
+        tag = label.split("]")[0] + "]"
+        cmd = f"sed -i 's/{old}/{new}/' {file}"
+        parts += [
+            "[[conversations]]",
+            f"name = {json.dumps(tag)}",
+            f"match = {json.dumps(tag)}",
+            "[[conversations.steps]]",
+            f'text = "Fixing {file}."',
+            "[[conversations.steps.tool_calls]]",
+            'name = "bash"',
+            f"arguments = {{ command = {json.dumps(cmd)}, description = {json.dumps('fix')} }}",
+            "[[conversations.steps]]",
+            f'text = "Fixed {file}."',
+        ]
+        if second_step_delay_s is not None:
+            parts.append(f"delay_s = {second_step_delay_s}")
+    return "\n".join(parts) + "\n"
+
+
+def _run(
+    tmp_path: Path,
+    opencode_bin: Path,
+    scripted_model: Callable[[str], RunningModel],
+    *,
+    timeout_s: float,
+    second_step_delay_s: float | None = None,
+) -> tuple[list[Event], list[Event], list[Event], Path]:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, SOURCES)
+    loops = tmp_path / "loops"
+    make_repo(loops, {"README": "loops\n"})
+    task = "Fix both functions.\n" + "".join(f"- {label}\n" for label, _o, _n in SUBTASKS.values())
+    verify = "python3 -c 'from add import add; from mul import mul; assert add(2, 3) == 5"
+    verify += " and mul(2, 3) == 6'"
+    camp = supervisor_campaign(
+        tmp_path / "c.toml",
+        name="supoc",
+        repo=repo,
+        base=base,
+        loops=loops,
+        problem_statement=task,
+        verify_cmd=verify,
+        timeout_s=timeout_s,
+        worker_model="scripted/worker",
+        driver_model="scripted/driver",
+    )
+    submit(home, camp)
+    model = scripted_model(_script(second_step_delay_s))
+    env = env_with(
+        FAKE_SUP_OPENCODE=str(opencode_bin),
+        FAKE_SUP_PAUSE="0.3",
+        # The daemon copies this into the cell's own opencode config (and drops the variable).
+        OPENCODE_CONFIG_CONTENT=json.dumps(model.opencode_config(provider_id="scripted")),
+    )
+    records = daemon_until_idle(home, env, tmp_path / "daemon.err", timeout_s=timeout_s + 120)
+    cell = stream_events(records, f"cell/{CELL}")
+    ingest = stream_events(records, f"ingest/{CELL}/1")
+    capture = stream_events(records, f"capture/{CELL}/1")
+    run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
+    return cell, ingest, capture, run_dir
+
+
+def _one(events: list[Event], kind: type) -> Event:
+    found = [e for e in events if isinstance(e, kind)]
+    assert len(found) == 1, (kind, found)
+    return found[0]
+
+
+def _clones(run_dir: Path) -> list[str]:
+    names = [label for label, _o, _n in SUBTASKS.values()]
+    stems = ["".join(c if c.isalnum() or c in "._-" else "_" for c in n) for n in names]
+    return [str(run_dir / "ws" / ".loops" / "clones" / s) for s in stems]
+
+
+def _store_worker_spend(run_dir: Path, cwds: list[str]) -> tuple[int, int, int, int, set[str]]:
+    """The seed's recoverSupSpend query on the cell's opencode store, opened read-only here:
+    (sessions, Σ tokens_input, Σ tokens_output + tokens_reasoning, Σ tokens_output, ids)."""
+    db = run_dir / "xdg" / "data" / "opencode" / "opencode.db"
+    marks = ",".join("?" * len(cwds))
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        n, tin, tout, out = con.execute(
+            "SELECT COUNT(*), COALESCE(SUM(tokens_input), 0),"
+            " COALESCE(SUM(tokens_output + tokens_reasoning), 0), COALESCE(SUM(tokens_output), 0)"
+            f" FROM session WHERE directory IN ({marks})",
+            cwds,
+        ).fetchone()
+        ids = {
+            r[0] for r in con.execute(f"SELECT id FROM session WHERE directory IN ({marks})", cwds)
+        }
+    finally:
+        con.close()
+    return int(n), int(tin), int(tout), int(out), ids
+
+
+@pytest.mark.slow
+def test_two_real_opencode_workers(
+    tmp_path: Path, opencode_bin: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    cell, ingest, capture, run_dir = _run(tmp_path, opencode_bin, scripted_model, timeout_s=300)
+    ws = run_dir / "ws"
+    sup = ws / SUP_RUN
+
+    # The run completed and counts: driver exit 0, state.json completed, both fixes verified.
+    assert _one(cell, ev.RunCompleted).rc == 0  # type: ignore[attr-defined]
+    verified = _one(cell, ev.CellVerified)
+    assert verified.scored and verified.verify_pass  # type: ignore[attr-defined]
+    patch = Path(verified.patch_path).read_text()  # type: ignore[attr-defined]
+    assert "+    return a + b" in patch and "+    return a * b" in patch
+
+    # Every line of every file, byte for byte, once; the half-written lines whole.
+    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
+    assert len(line_events(ingest)) == 5  # journal, progress, 2 workers, brain
+    assert not any(isinstance(e, LineMalformed) for e in ingest)
+    assert not any(e.partial for lines in line_events(ingest).values() for e in lines)
+    snapshots = [e for e in ingest if isinstance(e, FileSnapshotted)]
+    assert snapshots[-1].content == (sup / "state.json").read_text()
+    assert json.loads(snapshots[0].content)["status"] == "running"
+    assert isinstance(ingest[-1], IngestionClosed)
+
+    # Figures derived from the ingested events.
+    summary = figures.summarize(ingest)
+    labels = [label for label, _o, _n in SUBTASKS.values()]
+    assert (summary.spawned, summary.workers, summary.settled) == (3, 2, 3)
+    assert summary.subtasks == [label[:100] for label in labels]
+    assert len(labels[1]) > 100
+    cwds = _clones(run_dir)
+    assert figures.worker_cwds(ingest) == cwds
+
+    # Recovered worker spend equals the cell's opencode store.
+    sessions, tok_in, tok_out, out_only, session_ids = _store_worker_spend(run_dir, cwds)
+    assert sessions == 2
+    assert tok_in == 2 * STEPS * (PROMPT - CACHED)  # both workers' model calls reached it
+    recovered = _one(cell, ev.CellRecovered)
+    assert recovered.store_available is True  # type: ignore[attr-defined]
+    spend = recovered.spend  # type: ignore[attr-defined]
+    assert spend.worker_cwds == cwds
+    assert (spend.worker_sessions, spend.worker_tok_in, spend.worker_tok_out) == (
+        sessions,
+        tok_in,
+        tok_out,
+    )
+    assert spend.worker_tok_sqlite == tok_in + tok_out
+    # The driver settled each worker with its step_finish input + output: opencode's own sums.
+    assert spend.worker_tok_journal == tok_in + out_only
+    captured = [e for e in capture if isinstance(e, AgentSessionCaptured)]
+    assert {c.session_id for c in captured} == session_ids
+    assert {c.directory for c in captured} == set(cwds)
+    assert all(c.purpose == "worker" and c.messages and c.parts for c in captured)
+    assert not any(isinstance(e, WorkerCwdUnmatched) for e in capture)
+
+    # result.json: the seed's SupervisorArmResult fields, from events only.
+    state = json.loads((sup / "state.json").read_text())
+    started = _one(cell, ev.RunStarted)
+    provenance = _one(cell, ev.ProvenanceRecorded)
+    result: dict[str, Any] = json.loads((run_dir / "result.json").read_text())
+    wall_s = result.pop("wall_s")
+    assert isinstance(wall_s, int) and wall_s >= 0
+    assert (
+        result
+        == {
+            "arm": "SUP",
+            "iid": "i1",
+            "driver_rc": 0,
+            "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
+            "verify_rc": 0,
+            "verify_pass": True,
+            "sup_status": "completed",
+            "sup_verdict": "delivered",
+            "delivered": True,
+            "spentTokens": state["result"]["spentTokens"],
+            "spentUsd": state["result"]["spentUsd"],
+            "spawned": 3,
+            "workers": 2,
+            "settled": 3,
+            "subtasks": [label[:100] for label in labels],
+            "patchPath": verified.patch_path,  # type: ignore[attr-defined]
+            "provenance": {
+                "repo": provenance.repo,  # type: ignore[attr-defined]
+                "commit": provenance.commit,  # type: ignore[attr-defined]
+                "envKnobs": provenance.env_knobs,  # type: ignore[attr-defined]
+            },
+            "recoveredSpend": {
+                "workerTokJournal": tok_in + out_only,
+                "workerCwds": cwds,
+                "workerSessions": sessions,
+                "workerTokSqlite": tok_in + tok_out,
+                "workerTokIn": tok_in,
+                "workerTokOut": tok_out,
+            },
+        }
+    )
+    assert len(provenance.commit) == 40  # type: ignore[attr-defined]
+    assert started.argv  # type: ignore[attr-defined]
+    params = json.loads((run_dir / "params.json").read_text())
+    assert params["workerModel"] == "scripted/worker" and params["workspaceDir"] == str(ws)
+
+
+@pytest.mark.slow
+def test_hanging_workers_time_out_and_their_spend_is_recovered(
+    tmp_path: Path, opencode_bin: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    # Each worker's second model call waits far past the arm's ceiling: the driver waits on
+    # its workers, so the whole run hangs mid-flight and is timed out.
+    cell, ingest, capture, run_dir = _run(
+        tmp_path, opencode_bin, scripted_model, timeout_s=30, second_step_delay_s=600
+    )
+    timed_out = _one(cell, ev.RunTimedOut)
+    assert timed_out.rc == 124  # type: ignore[attr-defined]
+    started = _one(cell, ev.RunStarted)
+    # Driver and opencode workers were one process group; none of it lives on.
+    assert live_group_members(started.pgid) == []  # type: ignore[attr-defined]
+    assert _one(cell, ev.CellVerified).scored is False  # type: ignore[attr-defined]
+
+    sup = run_dir / "ws" / SUP_RUN
+    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
+    assert figures.summarize(ingest).settled == 0
+    cwds = _clones(run_dir)
+    assert figures.worker_cwds(ingest) == cwds
+    # Spend is still recovered from the store the killed workers left behind.
+    sessions, tok_in, tok_out, _out, session_ids = _store_worker_spend(run_dir, cwds)
+    recovered = _one(cell, ev.CellRecovered)
+    spend = recovered.spend  # type: ignore[attr-defined]
+    assert recovered.store_available is True  # type: ignore[attr-defined]
+    assert (spend.worker_sessions, spend.worker_tok_in, spend.worker_tok_out) == (
+        sessions,
+        tok_in,
+        tok_out,
+    )
+    assert sessions == 2
+    assert spend.worker_tok_journal == 0  # no worker settled
+    captured = [e for e in capture if isinstance(e, AgentSessionCaptured)]
+    assert {c.session_id for c in captured} == session_ids
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["sup_status"] == "running" and result["driver_rc"] == 124
+    assert result["recoveredSpend"]["workerSessions"] == sessions
