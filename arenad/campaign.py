@@ -254,6 +254,32 @@ def _instance(row: dict[str, Any], template: str | None, where: str) -> Instance
     )
 
 
+# What each argv may name; str.format syntax, so a literal brace is written {{ or }}.
+COMMAND_PLACEHOLDERS = frozenset({"ws", "prompt_file", "run_dir", "model"})
+DRIVER_PLACEHOLDERS = frozenset({"shim", "extension", "ws", "params", "run_dir", "loops_repo"})
+
+
+def check_argv_placeholders(
+    argv: list[str], allowed: frozenset[str], where: str, what: str
+) -> None:
+    """Every {placeholder} in ``argv`` is well-formed and one of ``allowed``."""
+    for arg in argv:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+        except ValueError as exc:
+            raise CampaignError(
+                f"{where}: {what} argument {arg!r} is malformed ({exc}); write a literal"
+                " brace as {{ or }}"
+            ) from None
+        for field in fields:
+            if field not in allowed:
+                raise CampaignError(
+                    f"{where}: {what} argument {arg!r} uses {{{field}}}; the placeholders are"
+                    f" {', '.join('{' + p + '}' for p in sorted(allowed))} (a literal brace is"
+                    " written {{ or }})"
+                )
+
+
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     check_path_component(arm.name, "arm name", where)
     if isinstance(arm, SoloArmFile):
@@ -269,6 +295,7 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     if isinstance(arm, CommandArmFile):
         if not arm.argv:
             raise CampaignError(f"{where}: arm {arm.name!r}: argv must not be empty")
+        check_argv_placeholders(arm.argv, COMMAND_PLACEHOLDERS, where, f"arm {arm.name!r}: argv")
         return CommandArm(
             name=arm.name,
             argv=arm.argv,
@@ -306,6 +333,7 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
         "{ws}",
         "{params}",
     ]
+    check_argv_placeholders(driver, DRIVER_PLACEHOLDERS, where, f"arm {arm.name!r}: driver_cmd")
     return SupervisorArm(
         name=arm.name,
         worker_model=arm.worker_model,

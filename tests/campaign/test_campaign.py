@@ -186,3 +186,30 @@ def test_missing_campaign_file_is_a_user_error(tmp_path: Path) -> None:
 def test_shipped_examples_validate(example: Path) -> None:
     campaign = load_campaign(example)
     assert campaign.cells
+
+
+COMMAND_ARM = GOOD.replace(
+    'name = "SOLO"\nkind = "solo"\nmodel = "p/m"',
+    'name = "CMD"\nkind = "command"\nargv = ARGV',
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ('["agent", "{workspace}"]', "uses {workspace}; the placeholders are"),
+        ('["bash", "-c", "echo {\\"k\\": 1}"]', 'uses {"k"}'),
+        ('["agent", "{ws"]', "is malformed"),
+    ],
+)
+def test_argv_placeholders_are_checked_at_submit(tmp_path: Path, argv: str, message: str) -> None:
+    with pytest.raises(CampaignError) as info:
+        load_campaign(write(tmp_path, COMMAND_ARM.replace("ARGV", argv)))
+    assert message in str(info.value)
+    assert str(tmp_path / "c.toml") in str(info.value)
+
+
+def test_argv_braces_escape_as_in_str_format(tmp_path: Path) -> None:
+    argv = '["bash", "-c", "echo {{\\"k\\": 1}} > {run_dir}/x"]'
+    campaign = load_campaign(write(tmp_path, COMMAND_ARM.replace("ARGV", argv)))
+    assert campaign.cells[0].arm.argv[2] == 'echo {{"k": 1}} > {run_dir}/x'  # type: ignore[union-attr]
