@@ -254,7 +254,7 @@ def test_timeout_kills_group_keeps_evidence(
 ) -> None:
     # The second model call waits longer than the arm's ceiling; the edit is already made.
     _home, _repo, _base, recorded = _run(
-        tmp_path, opencode_bin, scripted_model, name="slowc", delay_s=60, timeout_s=12
+        tmp_path, opencode_bin, scripted_model, name="slowc", delay_s=120, timeout_s=20
     )
     for iid, (file, src, old, new) in BUGS.items():
         events = _stream(recorded, f"cell/slowc:{iid}:SOLO:0")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -27,16 +26,6 @@ from arenad.recovery.opencode_store import capture_session_tree, capture_session
 from tests.recovery.opencode_fixture import file_state
 
 pytestmark = pytest.mark.slow
-
-_CANDIDATES = ["/tmp/octest/node_modules/.bin/opencode"]
-
-
-def _opencode() -> str | None:
-    for candidate in _CANDIDATES:
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("opencode")
-
 
 USAGE = {
     "prompt_tokens": 1000,
@@ -111,10 +100,10 @@ def mock_url(tmp_path: Path) -> Iterator[str]:
         thread.join()
 
 
-def test_capture_and_project_a_store_the_real_cli_wrote(tmp_path: Path, mock_url: str) -> None:
-    binary = _opencode()
-    if binary is None:
-        pytest.skip("the opencode CLI is not installed")
+def test_capture_and_project_a_store_the_real_cli_wrote(
+    tmp_path: Path, mock_url: str, opencode_bin: Path
+) -> None:
+    binary = str(opencode_bin)
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "hello.txt").write_text("hello world\n")
