@@ -209,7 +209,27 @@ def daemon(
     hang_abort: Annotated[
         bool, typer.Option("--hang-abort", help="Abort a cell when a hang is detected.")
     ] = False,
+    leave_running: Annotated[
+        bool,
+        typer.Option(
+            "--leave-running",
+            help="On SIGTERM/SIGINT leave running agents running; the next daemon adopts them.",
+        ),
+    ] = False,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds a stop waits for running cells to wind down."),
+    ] = 60.0,
+    infra_retries: Annotated[
+        int,
+        typer.Option(min=0, help="Automatic new attempts after an infrastructure failure."),
+    ] = 2,
+    retry_backoff: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds before the first automatic retry (then doubling)."),
+    ] = 5.0,
 ) -> None:
+    from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
     from arenad.logs import setup_logging
 
@@ -219,6 +239,9 @@ def daemon(
         until_idle=until_idle,
         hang_after_s=hang_after,
         hang_abort=hang_abort,
+        leave_running=leave_running,
+        drain_timeout_s=drain_timeout,
+        retry=RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
     )
     raise typer.Exit(run(run_daemon(_ctx.home, options)))
 

@@ -21,6 +21,7 @@ import msgspec
 
 from arenad.clock import Clock, system_clock
 from arenad.errors import UserError
+from arenad.faults import FaultPlan
 from arenad.readmodels.cells import CellsProjector
 from arenad.store.sqlite import SqliteEventStore, Synchronous
 
@@ -73,12 +74,17 @@ async def open_store(
     clock: Clock = system_clock,
     synchronous: Synchronous = "NORMAL",
     create: bool = False,
+    faults: FaultPlan | None = None,
 ) -> AsyncIterator[SqliteEventStore]:
     if not create:
         require_initialized(home)
     home.root.mkdir(parents=True, exist_ok=True)
     store = await SqliteEventStore.open(
-        home.db_path, clock=clock, projectors=[CellsProjector()], synchronous=synchronous
+        home.db_path,
+        clock=clock,
+        projectors=[CellsProjector()],
+        synchronous=synchronous,
+        faults=faults,
     )
     try:
         yield store

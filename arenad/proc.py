@@ -248,7 +248,7 @@ async def _poll_gone(pgid: int, timeout_s: float) -> bool:
     return True
 
 
-async def _terminate_group(
+async def terminate_group(
     pgid: int, grace_s: float, gone_timeout_s: float, sent: list[str]
 ) -> None:
     """SIGTERM the group, SIGKILL it if it outlives ``grace_s``, then require it gone."""
@@ -283,7 +283,7 @@ async def kill_group(
             return False
     if not group_alive(pgid):
         return False
-    await _terminate_group(pgid, grace_s, gone_timeout_s, [])
+    await terminate_group(pgid, grace_s, gone_timeout_s, [])
     return True
 
 
@@ -533,11 +533,11 @@ class RunHandle:
                         self._abort_reason = "aborted"
                 else:
                     timed_out = True
-                await _terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
+                await terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
             await exit_task
             if not timed_out and not aborted and group_alive(self.pgid):
                 leftovers_killed = True
-                await _terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
+                await terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
             stream_readers = readers[:2]
             still = await self._drain(stream_readers)
             if still:

@@ -148,6 +148,8 @@ class CellRetried(Event, tag="cell.retried", frozen=True, kw_only=True):
     attempt: int
     reason: str
     requested_by: Literal["operator", "policy", "resume"] = "operator"
+    # A policy retry waits out its backoff: the new attempt starts no earlier than this.
+    not_before_ms: int | None = None
 
 
 class ProvenanceRecorded(Event, tag="cell.provenance", frozen=True, kw_only=True):

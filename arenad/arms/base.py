@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 
+from arenad.ingest import WatchSource, file_source
 from arenad.secrets import wrap_bash
 from events.specs import ArmSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
@@ -27,17 +28,14 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Launch(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything the process runner needs; stdin is always closed or a file."""
+    """Everything the run wrapper needs; the agent's stdin is /dev/null unless the script
+    redirects it, and its stdout / stderr go to the arm's files in the run dir."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
-    stdout_name: str
-    stderr_name: str
     timeout_s: float
     kill_grace_s: float
-    # Whether stdout is a JSON-lines stream worth ingesting line by line.
-    ingest_stdout: bool = True
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,9 +44,18 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Arm(abc.ABC):
+    # The agent's stdout and stderr files in the run dir (the seed's names).
+    stdout_name: str
+    stderr_name: str
+
     @abc.abstractmethod
     def prepare(self, ctx: ArmContext) -> Launch:
         """Write the arm's inputs into the run dir and say how to start it."""
+
+    def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
+        """What is ingested live while the agent runs: by default its stdout stream,
+        a JSON-lines file the agent writes (source ``stdout``)."""
+        return [file_source("stdout", ctx.run_dir / self.stdout_name)]
 
     def outcome(self, ended: str, rc: int | None, ctx: ArmContext) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""

@@ -10,6 +10,9 @@ from events.specs import CommandArm
 
 
 class CommandArmRunner(Arm):
+    stdout_name = "cmd.out"
+    stderr_name = "cmd.err"
+
     def __init__(self, spec: CommandArm) -> None:
         self.spec = spec
 
@@ -35,8 +38,6 @@ class CommandArmRunner(Arm):
             argv=argv,
             cwd=cwd,
             env=env,
-            stdout_name="cmd.out",
-            stderr_name="cmd.err",
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
         )

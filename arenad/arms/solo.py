@@ -12,6 +12,9 @@ from events.specs import SoloArm
 
 
 class SoloArmRunner(Arm):
+    stdout_name = "oc.jsonl"
+    stderr_name = "oc.err"
+
     def __init__(self, spec: SoloArm) -> None:
         self.spec = spec
 
@@ -36,8 +39,6 @@ class SoloArmRunner(Arm):
             argv=argv,
             cwd=cwd,
             env=ctx.env,
-            stdout_name="oc.jsonl",
-            stderr_name="oc.err",
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
         )

@@ -4,7 +4,7 @@ prepare() writes params.json, removes ``<ws>/.loops``, and runs the configured
 driver argv (placeholders filled) with cwd = the loops checkout, the env knobs
 plus LOOPS_BRAIN_LOG exported, under the secrets wrapper when configured. The
 driver's stdout and stderr are files (driver.log / driver.err), not ingested:
-what is ingested live is its run dir (see arenad.ingest.supervisor_source).
+what is ingested live is its run dir and brain.jsonl (``watch_sources``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ import shutil
 import subprocess
 
 from arenad.arms.base import Arm, ArmContext, Launch, Outcome, q, under_secrets
+from arenad.ingest import WatchSource, file_source, supervisor_source
 from events.cell import ProvenanceRecorded
 from events.specs import SupervisorArm
 
 
 class SupervisorArmRunner(Arm):
+    stdout_name = "driver.log"
+    stderr_name = "driver.err"
+
     def __init__(self, spec: SupervisorArm) -> None:
         self.spec = spec
 
@@ -64,12 +68,14 @@ class SupervisorArmRunner(Arm):
             argv=argv,
             cwd=cwd,
             env=ctx.env,
-            stdout_name="driver.log",
-            stderr_name="driver.err",
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
-            ingest_stdout=False,
         )
+
+    def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
+        """The supervisor run dir (journal, workers, progress, state.json) and brain.jsonl;
+        the driver's own stdout is a log, not a stream of facts."""
+        return [supervisor_source(ctx.workspace), file_source("brain", ctx.run_dir / "brain.jsonl")]
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
         """``git rev-parse HEAD`` of the loops checkout ('unknown' when it is not a repo)."""

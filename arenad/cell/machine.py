@@ -101,6 +101,8 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     hangs: int = 0
     # Attempts that ended in an infrastructure failure (for the retry policy).
     infra_failures: int = 0
+    # A policy retry's backoff: the current attempt starts no earlier than this.
+    not_before_ms: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -177,6 +179,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
         case ev.CellRetried():
             return {
                 "attempt": event.attempt,
+                "not_before_ms": event.not_before_ms,
                 "run_dir": None,
                 "workspace": None,
                 "head": None,

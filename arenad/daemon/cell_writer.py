@@ -41,10 +41,12 @@ class CellWriter:
         """Append ``events`` to the cell (and ``also`` to other streams, atomically)."""
         state = self.state or await self.load()
         for _ in range(20):
-            # Check legality before writing; the store's projector checks again in the
-            # transaction, so a refused event is never written either way.
+            # Check legality before writing (each event against the state the ones before
+            # it lead to); the store's projector checks again in the transaction, so a
+            # refused event is never written either way.
+            probe = state
             for event in events:
-                apply(state, event, 0)
+                probe = apply(probe, event, 0)
             try:
                 recorded = await self.store.append_many(
                     [AppendRequest(self.stream, state.version, list(events)), *also]

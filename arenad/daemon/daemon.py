@@ -21,8 +21,11 @@ import msgspec
 
 from arenad import __version__, queries
 from arenad.cell.machine import TERMINAL
+from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock
 from arenad.daemon.runner import CellRunner, RunnerConfig
+from arenad.errors import ArenadError, StoreUnwritable
+from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
 from arenad.lease import DaemonLease
 from arenad.store.sqlite import SqliteEventStore
@@ -31,6 +34,9 @@ from events.base import Recorded
 from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged
 
 log = logging.getLogger("arenad.daemon")
+
+# After a second stop request, how long steps in flight get before they are cancelled.
+_FORCE_GRACE_S = 5.0
 
 DAEMON_STREAM = "daemon"
 CONTROL_STREAM = "control"
@@ -41,8 +47,17 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     until_idle: bool = False
     hang_after_s: float | None = None
     hang_abort: bool = False
-    # How long SIGTERM waits for running cells to record their abort.
+    # How long a stop waits for running cells to record their abort and for the steps
+    # in flight to finish; what is left is resumed from the log by the next daemon.
     drain_timeout_s: float = 60.0
+    # On stop, leave running agents running for the next daemon to adopt (an upgrade or
+    # a planned restart) instead of aborting them.
+    leave_running: bool = False
+    retry: RetryPolicy = RetryPolicy()
+
+
+class DaemonFatal(ArenadError):
+    """The daemon cannot go on (its store cannot be written); it stops, agents keep running."""
 
 
 class Daemon:
@@ -63,6 +78,7 @@ class Daemon:
             base_env=dict(base_env),
             hang_after_s=options.hang_after_s,
             hang_abort=options.hang_abort,
+            retry=options.retry,
         )
         self.max_parallel = options.max_parallel or 4
         self.campaign_limits: dict[str, int] = {}
@@ -72,18 +88,42 @@ class Daemon:
         self.wake = asyncio.Event()
         self.signals = 0
         self.stop_reason = "idle"
+        self.fatal: BaseException | None = None
 
     # -- control -----------------------------------------------------------------
 
     def stop(self, reason: str) -> None:
+        """First call: drain (no new cells; running agents aborted, or left running with
+        ``leave_running``; steps in flight finish within the drain bound). Second call:
+        force (agents killed without grace, steps in flight cancelled)."""
         self.signals += 1
         self.stop_reason = reason
-        if self.signals > 1:
-            log.warning("second stop request: killing running cells now")
+        force = self.signals > 1
+        if force:
+            log.warning("second stop request: killing running agents now")
+        else:
+            log.info("stopping (%s): draining running cells", reason)
         self.stopping.set()
         self.wake.set()
         for runner in self.runners.values():
-            runner.request_shutdown()
+            runner.request_shutdown(abort_runs=not self.options.leave_running, force=force)
+        if force:
+            for task in self.tasks.values():
+                task.get_loop().call_later(_FORCE_GRACE_S, task.cancel)
+
+    def _stop_fatally(self, exc: BaseException) -> None:
+        """The store cannot be written: stop at once, recording nothing more and aborting
+        nothing (an abort could not be recorded); running agents stay adoptable."""
+        if self.fatal is None:
+            self.fatal = exc
+            log.error("stopping: %s", exc)
+        self.stop_reason = "store unwritable"
+        self.stopping.set()
+        self.wake.set()
+        for runner in self.runners.values():
+            runner.request_shutdown(abort_runs=False)
+        for task in self.tasks.values():
+            task.cancel()
 
     async def _follow_control(self, after_seq: int) -> None:
         async for r in self.store.follow(after_seq, poll_s=0.2):
@@ -112,7 +152,7 @@ class Daemon:
         return [(cid, campaign) for cid, campaign in rows if cid not in self.tasks]
 
     def _start(self, cell_id: str) -> None:
-        runner = CellRunner(self.store, self.config, cell_id, self.clock, asyncio.Event())
+        runner = CellRunner(self.store, self.config, cell_id, self.clock)
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task
@@ -120,6 +160,8 @@ class Daemon:
     async def _drive(self, runner: CellRunner) -> None:
         try:
             await runner.drive()
+        except StoreUnwritable as exc:
+            self._stop_fatally(exc)
         except Exception:
             log.exception("%s: the cell runner crashed", runner.cell_id)
             await self._record_crash(runner)
@@ -130,7 +172,7 @@ class Daemon:
 
     async def _record_crash(self, runner: CellRunner) -> None:
         # A bug in a step must not leave the cell looking healthy: fail it, visibly.
-        with contextlib.suppress(Exception):
+        try:
             state = await runner.writer.load()
             if not state.terminal:
                 import traceback
@@ -145,6 +187,10 @@ class Daemon:
                         )
                     ]
                 )
+        except StoreUnwritable as exc:
+            self._stop_fatally(exc)
+        except Exception:
+            log.exception("%s: could not record the runner's crash", runner.cell_id)
 
     def _running_in(self, campaign: str) -> int:
         return sum(1 for r in self.runners.values() if r.cell_id.split(":", 1)[0] == campaign)
@@ -187,9 +233,16 @@ class Daemon:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await follower
-            await self.store.append(
-                DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
-            )
+            if self.fatal is None:
+                await self.store.append(
+                    DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
+                )
+        if self.fatal is not None:
+            raise DaemonFatal(
+                f"{self.fatal}; the daemon stopped without recording anything more. The log"
+                " is intact (`arenad verify-log`); running agents were left running and the"
+                " next daemon adopts them once the store can be written again"
+            ) from self.fatal
         return 0
 
     async def _load_limits(self) -> None:
@@ -204,7 +257,7 @@ class Daemon:
         if not self.tasks:
             return
         for runner in self.runners.values():
-            runner.request_shutdown()
+            runner.request_shutdown(abort_runs=not self.options.leave_running)
         tasks = list(self.tasks.values())
         _, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
         for task in pending:
@@ -222,10 +275,11 @@ def install_signal_handlers(daemon: Daemon) -> None:
 async def run_daemon(
     home: Home, options: DaemonOptions, base_env: Mapping[str, str] | None = None
 ) -> int:
+    faults = fault_from_env()
     lease = DaemonLease(home.lock_path)
     lease.acquire()
     try:
-        async with open_store(home) as store:
+        async with open_store(home, faults=faults) as store:
             daemon = Daemon(store, home, options, base_env or dict(os.environ))
             install_signal_handlers(daemon)
             return await daemon.run()

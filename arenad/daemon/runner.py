@@ -2,23 +2,28 @@
 
     submitted    -> materialize the workspace          -> CellMaterialized
     materialized -> launch the arm                     -> RunStarted
-    running      -> wait (ingesting its output)        -> RunCompleted | RunTimedOut | RunAborted
+    running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
     ended        -> patch + verify (+ judge)           -> CellVerified (+ JudgeVerdictRecorded)
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
 
 Every step reads what it needs from the cell's state (a fold of its stream) and
 writes its outcome as events; a step that fails for an infrastructure reason
-becomes CellFailed with its stage, never a silent stop.
+becomes CellFailed with its stage, never a silent stop. Each step can be redone
+after a crash: a step's effects are one append, and what was not appended did
+not happen (a running agent is the exception, and it is adopted, not redone).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -26,18 +31,18 @@ from arenad import proc
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import ArmContext, arm_for
 from arenad.arms.supervisor import SupervisorArmRunner
-from arenad.cell.machine import CellState, CellStatus
+from arenad.cell.machine import CellState, CellStatus, apply
+from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cellenv import cell_env_for, cell_paths, prepare_cell_env
 from arenad.clock import Clock
 from arenad.daemon.cell_writer import CellMovedOn, CellWriter
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
+from arenad.detached import DetachedRun, RunEnd, RunFiles, spawn_detached
 from arenad.home import Home
-from arenad.ingest import RunDirWatcher, file_source, fold_positions, supervisor_source
-from arenad.ingest.stream import StreamIngester
+from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.materialize import MaterializeError, materialize
 from arenad.patch import extract_patch
-from arenad.proc import RunHandle
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
 from events import cell as ev
@@ -55,6 +60,7 @@ class RunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds of silence (no output, no ingested line) before a HangDetected event.
     hang_after_s: float | None = None
     hang_abort: bool = False
+    retry: RetryPolicy = RetryPolicy()
 
 
 class CellRunner:
@@ -64,30 +70,37 @@ class CellRunner:
         config: RunnerConfig,
         cell_id: str,
         clock: Clock,
-        abort: asyncio.Event,
     ) -> None:
         self.store = store
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
-        self.abort = abort
+        self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
-        self.handle: RunHandle | None = None
+        self.run_in_flight: DetachedRun | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
         self._materialized_here = False
+        self._wake = asyncio.Event()
 
     def request_abort(self, reason: str) -> None:
         self.abort_reason = reason
         self.abort.set()
-        if self.handle is not None:
-            self.handle.abort(reason)
+        self._wake.set()
+        if self.run_in_flight is not None:
+            self.run_in_flight.abort(reason)
 
-    def request_shutdown(self) -> None:
+    def request_shutdown(self, *, abort_runs: bool = True, force: bool = False) -> None:
+        """Stop after the step in flight; ``abort_runs`` ends a running agent (else it is
+        left running for the next daemon to adopt); ``force`` skips the kill grace."""
         self.shutdown = True
-        if self.handle is not None:
+        self._wake.set()
+        run = self.run_in_flight
+        if run is not None and abort_runs:
             self.request_abort("daemon shutting down")
+            if force:
+                run.kill_now()
 
     async def drive(self) -> None:
         """Run steps until the cell is terminal, paused, or another writer moved it."""
@@ -117,13 +130,16 @@ class CellRunner:
             return
         match state.status:
             case S.SUBMITTED:
-                await self.materialize(state)
+                if await self._backoff(state):
+                    await self.materialize(state)
             case S.MATERIALIZED:
                 if self._materialized_here:
                     await self.run(state)
                 else:
-                    # Materialized by an earlier daemon that died before the run started:
-                    # the workspace may be half-set-up, so start a fresh attempt.
+                    # Materialized by an earlier daemon that died before the run was
+                    # recorded: the workspace may be half-set-up, so start a fresh attempt.
+                    # (Its wrapper, if one was spawned, never starts the agent: the log
+                    # holds no RunStarted for it.)
                     await self.writer.append(
                         [
                             ev.CellRetried(
@@ -142,6 +158,19 @@ class CellRunner:
             case S.VERIFIED:
                 await self.recover(state)
 
+    async def _backoff(self, state: CellState) -> bool:
+        """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
+        if state.not_before_ms is None:
+            return True
+        while not self.shutdown and not self.abort.is_set():
+            wait_s = (state.not_before_ms - self.clock()) / 1000
+            if wait_s <= 0:
+                return True
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(wait_s, 60.0))
+        return False
+
     # -- steps -------------------------------------------------------------------
 
     def _run_dir(self, state: CellState) -> Path:
@@ -153,16 +182,16 @@ class CellRunner:
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
         ws = run_dir / "ws"
-        # Nothing of this attempt was recorded yet, so anything here is debris of a
-        # daemon that died mid-materialization: start clean.
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True)
         try:
+            # Nothing of this attempt was recorded yet, so anything here is debris of a
+            # daemon that died mid-materialization: start clean.
+            if run_dir.exists():
+                await asyncio.to_thread(shutil.rmtree, run_dir)
+            run_dir.mkdir(parents=True)
             await asyncio.to_thread(prepare_cell_env, run_dir, dict(self.config.base_env))
             result = await materialize(state.spec, ws)
         except MaterializeError as exc:
-            await self._fail(state, exc.stage, str(exc), retryable=True)
+            await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
         except OSError as exc:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
@@ -195,105 +224,201 @@ class CellRunner:
         )
 
     async def run(self, state: CellState) -> None:
+        """Start the agent so that it runs if and only if its RunStarted is committed.
+
+        The wrapper is spawned first, holding the agent back; RunStarted (with the
+        wrapper's pid) is appended; only then is the agent released. A daemon that dies
+        in between leaves either no RunStarted (the wrapper exits, nothing ran) or a
+        committed one (the wrapper starts the agent itself and the next daemon adopts it).
+        """
         ctx = self._context(state)
         arm = arm_for(state.spec.arm)
-        launch = await asyncio.to_thread(arm.prepare, ctx)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
-        await sink.open()
-        ingester = StreamIngester(sink.append, source="stdout", path=launch.stdout_name)
+        try:
+            launch = await asyncio.to_thread(arm.prepare, ctx)
+        except OSError as exc:
+            await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
+            return
         before_start: list[Event] = []
-        watcher: RunDirWatcher | None = None
         if isinstance(arm, SupervisorArmRunner):
             before_start.append(await asyncio.to_thread(arm.provenance, ctx))
-            watcher = await self._start_watcher(ctx, sink)
+        files = RunFiles(
+            run_dir=str(ctx.run_dir),
+            stdout=str(ctx.run_dir / arm.stdout_name),
+            stderr=str(ctx.run_dir / arm.stderr_name),
+        )
         try:
-            handle = await proc.start(
+            run = await spawn_detached(
                 launch.argv,
                 cwd=launch.cwd,
                 env=launch.env,
+                files=files,
+                store_path=self.store.path,
+                stream=self.writer.stream,
+                attempt=state.attempt,
                 timeout_s=launch.timeout_s,
                 kill_grace_s=launch.kill_grace_s,
-                on_stdout_line=ingester.on_line if launch.ingest_stdout else None,
-                stdout_path=ctx.run_dir / launch.stdout_name,
-                stderr_path=ctx.run_dir / launch.stderr_name,
-                abort_event=self.abort,
                 clock=self.clock,
             )
         except proc.SpawnError as exc:
-            if watcher is not None:
-                await watcher.close()
             await self._fail(state, "launch", str(exc), retryable=True)
             return
-        self.handle = handle
-        if self.abort.is_set():
-            handle.abort(self.abort_reason)
+        started = ev.RunStarted(
+            attempt=state.attempt,
+            argv=launch.argv,
+            cwd=launch.cwd,
+            pid=run.pid,
+            pgid=run.pgid,
+            process_start_ticks=run.start_ticks,
+            started_at_ms=run.started_at_ms,
+            deadline_ms=run.deadline_ms,
+            timeout_s=launch.timeout_s,
+            kill_grace_s=launch.kill_grace_s,
+            exit_file=str(files.exit_file),
+            stdout_path=files.stdout,
+            stderr_path=files.stderr,
+        )
         try:
-            await self.writer.append(
-                [
-                    *before_start,
-                    ev.RunStarted(
-                        attempt=state.attempt,
-                        argv=launch.argv,
-                        cwd=launch.cwd,
-                        pid=handle.pid,
-                        pgid=handle.pgid,
-                        process_start_ticks=handle.start_ticks,
-                        started_at_ms=handle.started_at_ms,
-                        deadline_ms=handle.started_at_ms + round(launch.timeout_s * 1000),
-                        timeout_s=launch.timeout_s,
-                        kill_grace_s=launch.kill_grace_s,
-                        stdout_path=str(ctx.run_dir / launch.stdout_name),
-                        stderr_path=str(ctx.run_dir / launch.stderr_name),
-                    ),
-                ]
-            )
+            state = await self.writer.append([*before_start, started])
         except BaseException:
-            handle.abort("the run could not be recorded")
-            await handle.wait()
+            await run.cancel_unreleased()
+            raise
+        run.release()
+        await self._follow_run(state, ctx, run)
+
+    async def resume_running(self, state: CellState) -> None:
+        """A run an earlier daemon recorded: adopt it if it still runs, else record how it
+        ended (its wrapper's exit record), or that it was lost with the daemon."""
+        started = state.run
+        assert started is not None
+        ctx = self._context(state)
+        if started.exit_file is None:
+            # Recorded before runs had a wrapper: nothing can say how it ended.
+            if proc.process_identity_matches(started.pid, started.process_start_ticks or -1):
+                await proc.kill_group(started.pgid, started.kill_grace_s)
+            await self._record_end(
+                state, ctx, RunEnd(how="lost", code=None, ended_at_ms=self.clock())
+            )
+            return
+        run = DetachedRun.adopt(
+            pid=started.pid,
+            start_ticks=started.process_start_ticks,
+            files=RunFiles(
+                run_dir=str(ctx.run_dir),
+                stdout=started.stdout_path or "",
+                stderr=started.stderr_path or "",
+            ),
+            started_at_ms=started.started_at_ms,
+            deadline_ms=started.deadline_ms,
+            kill_grace_s=started.kill_grace_s,
+        )
+        if run.alive:
+            log.info("%s: adopting run pid %d", self.cell_id, run.pid)
+            state = await self.writer.append(
+                [ev.RunAdopted(attempt=state.attempt, pid=run.pid, daemon_pid=os.getpid())]
+            )
+        await self._follow_run(state, ctx, run)
+
+    async def _follow_run(self, state: CellState, ctx: ArmContext, run: DetachedRun) -> None:
+        """Ingest the run's files live until it ends, then record how it ended."""
+        self.run_in_flight = run
+        if self.abort.is_set():
+            run.abort(self.abort_reason)
+        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
+        await sink.open()
+        watcher = await self._start_watcher(ctx, sink)
+        hangs = (
+            asyncio.create_task(self._watch_for_hangs(state.attempt, run, sink))
+            if self.config.hang_after_s
+            else None
+        )
+        try:
+            end = await run.wait(self.clock)
+        except BaseException:
             if watcher is not None:
                 await watcher.abort()
             raise
-        result = await handle.wait()
-        await ingester.close()
-        after: list[Event] = []
+        finally:
+            self.run_in_flight = None
+            if hangs is not None:
+                hangs.cancel()
+                await asyncio.gather(hangs, return_exceptions=True)
         if watcher is not None:
             await watcher.close()
-            after.append(await self._supervisor_outcome(state.attempt, ctx))
-        self.handle = None
-        if result.timed_out:
-            event: Event = ev.RunTimedOut(
-                attempt=state.attempt, rc=result.code, wall_s=result.wall_s
-            )
-        elif result.aborted:
-            event = ev.RunAborted(
-                attempt=state.attempt,
-                rc=result.code,
-                wall_s=result.wall_s,
-                reason=result.abort_reason or self.abort_reason,
-            )
-        else:
-            event = ev.RunCompleted(attempt=state.attempt, rc=result.code, wall_s=result.wall_s)
-        # Separate appends: the outcome is only allowed once the run has ended.
-        await self.writer.append([event])
-        if after:
-            await self.writer.append(after)
+        await self._record_end(state, ctx, end)
+
+    async def _record_end(self, state: CellState, ctx: ArmContext, end: RunEnd) -> None:
+        started_at = state.run.started_at_ms if state.run is not None else end.ended_at_ms
+        wall_s = max(0.0, (end.ended_at_ms - started_at) / 1000)
+        attempt = state.attempt
+        outcome: Event
+        match end.how:
+            case "exited":
+                assert end.code is not None
+                outcome = ev.RunCompleted(attempt=attempt, rc=end.code, wall_s=wall_s)
+            case "timed_out":
+                outcome = ev.RunTimedOut(attempt=attempt, rc=proc.TIMEOUT_CODE, wall_s=wall_s)
+            case "aborted":
+                outcome = ev.RunAborted(
+                    attempt=attempt,
+                    rc=proc.ABORT_CODE,
+                    wall_s=wall_s,
+                    reason=end.reason or self.abort_reason,
+                )
+            case "lost":
+                outcome = ev.RunAborted(attempt=attempt, rc=None, reason="lost with the daemon")
+            case "not_started":
+                # The wrapper ran but the agent never did (its binary could not start):
+                # nothing was spent, so this is an infrastructure failure before the run.
+                await self._fail(
+                    state, "launch", end.reason or "the agent did not start", retryable=True
+                )
+                return
+        events: list[Event] = [outcome]
+        if isinstance(state.spec.arm, SupervisorArm):
+            events.append(await self._supervisor_outcome(attempt, ctx))
+        await self.writer.append(events)
 
     async def _start_watcher(self, ctx: ArmContext, sink: IngestSink) -> RunDirWatcher | None:
-        """Watch the supervisor run dir and brain.jsonl, resuming at the recorded offsets."""
+        """Watch what the arm writes while it runs, resuming at the recorded offsets."""
         recorded = await self.store.read_stream(sink.stream)
         positions = fold_positions(recorded)
         if positions.closed:
             return None
-        watcher = RunDirWatcher(
-            [
-                supervisor_source(ctx.workspace),
-                file_source("brain", ctx.run_dir / "brain.jsonl"),
-            ],
-            sink.append,
-            positions=positions,
-        )
+        sources = arm_for(ctx.spec.arm).watch_sources(ctx)
+        watcher = RunDirWatcher(sources, sink.append, positions=positions)
         await watcher.start()
         return watcher
+
+    async def _watch_for_hangs(self, attempt: int, run: DetachedRun, sink: IngestSink) -> None:
+        """Record a HangDetected when the run makes no output and no ingested line for
+        ``hang_after_s`` (once per silence), and abort it when configured to."""
+        after_s = self.config.hang_after_s
+        assert after_s is not None
+        files = [Path(run.files.stdout), Path(run.files.stderr)]
+        last_mark: tuple[int, ...] | None = None
+        last_change_ms = self.clock()
+        reported = False
+        while True:
+            await asyncio.sleep(min(after_s / 4, 5.0))
+            mark = (sink.appended, *(_size(f) for f in files))
+            now = self.clock()
+            if mark != last_mark:
+                last_mark, last_change_ms, reported = mark, now, False
+                continue
+            silent_s = (now - last_change_ms) / 1000
+            if silent_s < after_s or reported:
+                continue
+            reported = True
+            action: Literal["none", "abort"] = "abort" if self.config.hang_abort else "none"
+            log.warning("%s: no output for %.0f s (%s)", self.cell_id, silent_s, action)
+            try:
+                await self.writer.append(
+                    [ev.HangDetected(attempt=attempt, silent_s=round(silent_s, 3), action=action)]
+                )
+            except CellMovedOn:
+                return
+            if action == "abort":
+                self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
     async def _supervisor_outcome(self, attempt: int, ctx: ArmContext) -> ev.SupervisorOutcome:
         recorded = await self.store.read_stream(ingest_stream(self.cell_id, attempt))
@@ -308,29 +433,6 @@ class CellRunner:
             spent_tokens=summary.spent_tokens,
             spent_usd=summary.spent_usd,
         )
-
-    async def resume_running(self, state: CellState) -> None:
-        """A run recorded by an earlier daemon: it died with it, so record that it was lost."""
-        run = state.run
-        assert run is not None
-        if proc.process_identity_matches(run.pid, run.process_start_ticks or -1):
-            await proc.kill_group(run.pgid, run.kill_grace_s)
-            reason = "lost with the daemon; its process group was killed on restart"
-        else:
-            reason = "lost with the daemon"
-        after: list[Event] = []
-        if isinstance(state.spec.arm, SupervisorArm):
-            # Drain what the lost run wrote, from the recorded offsets: exactly once.
-            ctx = self._context(state)
-            sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
-            await sink.open()
-            watcher = await self._start_watcher(ctx, sink)
-            if watcher is not None:
-                await watcher.close()
-            after.append(await self._supervisor_outcome(state.attempt, ctx))
-        await self.writer.append([ev.RunAborted(attempt=state.attempt, rc=None, reason=reason)])
-        if after:
-            await self.writer.append(after)
 
     async def verify(self, state: CellState) -> None:
         ctx = self._context(state)
@@ -402,15 +504,24 @@ class CellRunner:
         )
 
     async def _fail(self, state: CellState, stage: str, error: str, *, retryable: bool) -> None:
+        """Record an infrastructure failure, and the policy's new attempt in the same
+        transaction when it asks for one (so a crash cannot separate the two)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
-        await self.writer.append(
-            [
-                ev.CellFailed(
-                    attempt=state.attempt,
-                    stage=stage,
-                    error=error[-4000:],
-                    classification="infrastructure",
-                    retryable=retryable,
-                )
-            ]
+        failure = ev.CellFailed(
+            attempt=state.attempt,
+            stage=stage,
+            error=error[-4000:],
+            classification="infrastructure",
+            retryable=retryable,
         )
+        retry = policy_retry(
+            apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
+        )
+        await self.writer.append([failure] if retry is None else [failure, retry])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1

@@ -24,6 +24,7 @@ import msgspec
 
 from arenad.clock import Clock, system_clock
 from arenad.errors import ConcurrencyError, StoreError, StoreUnwritable
+from arenad.faults import FaultPlan
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.chain import (
     ChainReport,
@@ -112,6 +113,10 @@ def _type_meta(kind: type[Event]) -> tuple[str, int, bytes]:
     return meta
 
 
+def _tags(requests: Sequence[AppendRequest]) -> set[str]:
+    return {event_tag_of_type(type(e)) for r in requests for e in r.events}
+
+
 def _is_unwritable(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
     return any(s in text for s in ("disk is full", "readonly", "read-only", "disk i/o error"))
@@ -129,6 +134,7 @@ class SqliteEventStore(EventStore):
         path: Path,
         clock: Clock,
         projectors: Sequence[Projector],
+        faults: FaultPlan | None = None,
     ) -> None:
         self._db = writer
         self._reader = reader
@@ -138,6 +144,7 @@ class SqliteEventStore(EventStore):
         # One writer connection: appends from many tasks are serialized here.
         self._write_lock = asyncio.Lock()
         self._appended = asyncio.Event()
+        self._faults = faults
 
     @classmethod
     async def open(
@@ -150,6 +157,7 @@ class SqliteEventStore(EventStore):
         busy_timeout_ms: int = 10_000,
         migrate: bool = True,
         migrations: list[Migration] | None = None,
+        faults: FaultPlan | None = None,
     ) -> SqliteEventStore:
         if synchronous not in get_args(Synchronous):
             raise ValueError(
@@ -175,7 +183,7 @@ class SqliteEventStore(EventStore):
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot open the event store at {path}: {exc}") from exc
             raise
-        return cls(writer, reader, path, clock, projectors)
+        return cls(writer, reader, path, clock, projectors, faults)
 
     @property
     def connection(self) -> aiosqlite.Connection:
@@ -197,9 +205,15 @@ class SqliteEventStore(EventStore):
                 await self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise self._translate(exc) from exc
+            faults = self._faults
+            tags = _tags(work) if faults is not None else set()
             try:
                 done = await self._append_in_transaction(work)
+                if faults is not None:
+                    faults.before_commit(tags)
                 await self._db.execute("COMMIT")
+                if faults is not None and faults.after_commit(tags):
+                    await self._stop_growing()
             except BaseException as exc:
                 await self._rollback()
                 if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
@@ -214,6 +228,11 @@ class SqliteEventStore(EventStore):
         # One list per request, in the caller's order (an empty request gets []).
         by_request = iter(done)
         return [next(by_request) if r.events else [] for r in requests]
+
+    async def _stop_growing(self) -> None:
+        # An injected full disk: SQLite refuses to grow the file past its size now.
+        ((pages,),) = await self._db.execute_fetchall("PRAGMA page_count")
+        await self._db.execute(f"PRAGMA max_page_count = {int(pages)}")
 
     async def _rollback(self) -> None:
         # A failed COMMIT or a constraint error may have rolled back already.

@@ -95,6 +95,7 @@ def command_campaign(
     timeout_s: float = 60,
     extra: str = "",
     uses_model: bool = False,
+    arm_extra: str = "",
 ) -> Path:
     lines = [
         f'name = "{name}"',
@@ -120,6 +121,7 @@ def command_campaign(
         f"argv = {json.dumps(argv)}",
         f"uses_model = {'true' if uses_model else 'false'}",
         f"timeout_s = {timeout_s}",
+        arm_extra,
     ]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -19,7 +19,7 @@ IMAGE = "arenad-test/testbed:latest"
 CELL = "img:i1:CMD:0"
 
 
-def _run(tmp_path: Path, fail: str | None) -> list[Event]:
+def _run(tmp_path: Path, fail: str | None, *daemon_args: str) -> list[Event]:
     home = tmp_path / "home"
     src = tmp_path / "testbed"
     base = make_repo(src, {"a.txt": "a\n"})
@@ -61,7 +61,9 @@ def _run(tmp_path: Path, fail: str | None) -> list[Event]:
     env.pop("FAKE_DOCKER_FAIL", None)
     if fail is not None:
         env["FAKE_DOCKER_FAIL"] = fail
-    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    daemon = start_daemon(
+        home, "--until-idle", *daemon_args, env=env, stderr=tmp_path / "daemon.err"
+    )
     assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()[-2000:]
     return [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]
 
@@ -79,9 +81,16 @@ def test_image_cell_runs_to_recovered(tmp_path: Path) -> None:
     ("fail", "stage"), [("create", "create-fail"), ("cp", "cp-fail"), ("reset", "reset-fail")]
 )
 def test_docker_failure_stage_fails_the_cell(tmp_path: Path, fail: str, stage: str) -> None:
-    events = _run(tmp_path, fail)
+    # An infrastructure failure before the run is retried once (the policy's bound here),
+    # then stays failed; no agent ever starts.
+    events = _run(tmp_path, fail, "--infra-retries", "1", "--retry-backoff", "0")
     failed = [e for e in events if isinstance(e, ev.CellFailed)]
-    assert len(failed) == 1
-    assert failed[0].stage == stage
-    assert failed[0].classification == "infrastructure"
+    assert [(f.attempt, f.stage, f.classification) for f in failed] == [
+        (1, stage, "infrastructure"),
+        (2, stage, "infrastructure"),
+    ]
+    assert all(f.retryable for f in failed)
+    retried = [e for e in events if isinstance(e, ev.CellRetried)]
+    assert [(r.attempt, r.requested_by) for r in retried] == [(2, "policy")]
+    assert isinstance(events[-1], ev.CellFailed)
     assert not any(isinstance(e, ev.RunStarted) for e in events)

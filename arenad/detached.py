@@ -1,0 +1,348 @@
+"""Agent runs that outlive the daemon: started through the run wrapper, watched by pid.
+
+:func:`spawn_detached` starts ``arenad/runwrap.py`` in a new session (it is the group
+leader; the agent will be its child in the same group) with the agent's stdio going to
+files in the run dir, not to pipes of the daemon — so nothing ties the agent's life to
+the daemon's. The wrapper holds the agent back until :meth:`DetachedRun.release` (called
+once ``RunStarted`` is committed) or, if the daemon died, until it has checked the log
+itself; see ``arenad/runwrap.py`` for that rule.
+
+:meth:`DetachedRun.wait` is the same for a run this daemon started and for one it adopted
+after a restart: it watches the wrapper through a pidfd (no polling, and no need to be its
+parent), enforces the recorded deadline, turns an abort into TERM/grace/KILL of the whole
+group, and reads the wrapper's exit record to say how the agent ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from arenad import proc, runwrap
+from arenad.clock import Clock
+
+WRAPPER = Path(runwrap.__file__).resolve()
+EXIT_FILE = "arenad.exit.json"
+RELEASE_FILE = "arenad.release"
+WRAPPER_LOG = "arenad.wrapper.log"
+
+
+class RunFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one run's wrapper reads and writes (all in the cell's run dir)."""
+
+    run_dir: str
+    stdout: str
+    stderr: str
+    stdin: str | None = None
+
+    @property
+    def exit_file(self) -> Path:
+        return Path(self.run_dir) / EXIT_FILE
+
+    @property
+    def release_file(self) -> Path:
+        return Path(self.run_dir) / RELEASE_FILE
+
+
+class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What the wrapper wrote when the agent ended (or could not start)."""
+
+    started: bool
+    pid: int | None = None
+    exit_status: int | None = None
+    term_signal: int | None = None
+    ended_at_ms: int | None = None
+    error: str | None = None
+
+    @property
+    def code(self) -> int | None:
+        """The exit code in the coreutils encoding (128 + N for death by signal N)."""
+        if self.exit_status is not None:
+            return self.exit_status
+        if self.term_signal is not None:
+            return 128 + self.term_signal
+        return None
+
+
+_exit_decoder = msgspec.json.Decoder(ExitRecord)
+
+
+def read_exit_record(path: Path) -> ExitRecord | None:
+    """The wrapper's exit record, or None when there is none (or it cannot be read)."""
+    try:
+        return _exit_decoder.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+How = Literal["exited", "timed_out", "aborted", "lost", "not_started"]
+
+
+class RunEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """How a detached run ended, as the daemon saw it.
+
+    ``exited``: the agent ended on its own (``code`` from the exit record). ``timed_out`` /
+    ``aborted``: the daemon ended the group (code 124 / 130). ``lost``: the wrapper is gone
+    without an exit record (killed with the machine, or by hand). ``not_started``: the
+    wrapper ran but the agent never did (``reason`` says why).
+    """
+
+    how: How
+    code: int | None
+    ended_at_ms: int
+    reason: str | None = None
+    signals_sent: list[str] = []
+    leftovers_killed: bool = False
+
+
+class DetachedRun:
+    """A wrapper process (and its agent) identified by pid and process start time."""
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        start_ticks: int | None,
+        files: RunFiles,
+        started_at_ms: int,
+        deadline_ms: int,
+        kill_grace_s: float,
+        is_child: bool,
+        gone_timeout_s: float = proc.DEFAULT_GONE_TIMEOUT_S,
+    ) -> None:
+        self.pid = pid
+        # The wrapper is its session's leader, so its pid is the group id.
+        self.pgid = pid
+        self.start_ticks = start_ticks
+        self.files = files
+        self.started_at_ms = started_at_ms
+        self.deadline_ms = deadline_ms
+        self.kill_grace_s = kill_grace_s
+        self.is_child = is_child
+        self.gone_timeout_s = gone_timeout_s
+        self._abort = asyncio.Event()
+        self._abort_reason: str | None = None
+
+    @classmethod
+    def adopt(
+        cls,
+        *,
+        pid: int,
+        start_ticks: int | None,
+        files: RunFiles,
+        started_at_ms: int,
+        deadline_ms: int,
+        kill_grace_s: float,
+    ) -> DetachedRun:
+        """A run an earlier daemon started (it may be gone already; ``wait`` tells)."""
+        return cls(
+            pid=pid,
+            start_ticks=start_ticks,
+            files=files,
+            started_at_ms=started_at_ms,
+            deadline_ms=deadline_ms,
+            kill_grace_s=kill_grace_s,
+            is_child=False,
+        )
+
+    @property
+    def alive(self) -> bool:
+        """Whether our wrapper (not a process that recycled its pid) is still running."""
+        if self.start_ticks is None or not proc.process_identity_matches(
+            self.pid, self.start_ticks
+        ):
+            return False
+        return proc.group_alive(self.pgid)
+
+    def release(self) -> None:
+        """Let the agent start (call only once its RunStarted is committed)."""
+        fd = os.open(self.files.release_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.close(fd)
+
+    def abort(self, reason: str) -> None:
+        if self._abort_reason is None:
+            self._abort_reason = reason
+        self._abort.set()
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole group at once (a forced stop: no grace is waited out)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGKILL)
+
+    async def cancel_unreleased(self) -> None:
+        """End a wrapper whose agent was never released (its start was not recorded)."""
+        self.kill_now()
+        await self._wait_exit(asyncio.get_running_loop())
+        self._reap()
+
+    async def wait(self, clock: Clock) -> RunEnd:
+        """Wait for the run to end: on its own, at the deadline, or on :meth:`abort`."""
+        loop = asyncio.get_running_loop()
+        exited = asyncio.ensure_future(self._wait_exit(loop))
+        abort = asyncio.ensure_future(self._abort.wait())
+        sent: list[str] = []
+        timed_out = aborted = leftovers = False
+        try:
+            timeout = max(0.0, (self.deadline_ms - clock()) / 1000)
+            done, _ = await asyncio.wait(
+                {exited, abort}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if exited not in done:
+                aborted = abort in done
+                timed_out = not aborted
+                await proc.terminate_group(self.pgid, self.kill_grace_s, self.gone_timeout_s, sent)
+                await exited
+            self._reap()
+            if not (timed_out or aborted) and proc.group_alive(self.pgid):
+                # The agent left members behind in its group: they must not outlive the run.
+                leftovers = True
+                await proc.terminate_group(self.pgid, self.kill_grace_s, self.gone_timeout_s, sent)
+        finally:
+            exited.cancel()
+            abort.cancel()
+        now = clock()
+        if timed_out:
+            return RunEnd(
+                how="timed_out", code=proc.TIMEOUT_CODE, ended_at_ms=now, signals_sent=sent
+            )
+        if aborted:
+            return RunEnd(
+                how="aborted",
+                code=proc.ABORT_CODE,
+                ended_at_ms=now,
+                reason=self._abort_reason,
+                signals_sent=sent,
+            )
+        record = read_exit_record(self.files.exit_file)
+        if record is None:
+            return RunEnd(
+                how="lost",
+                code=None,
+                ended_at_ms=now,
+                reason="the run's wrapper is gone without an exit record",
+                signals_sent=sent,
+                leftovers_killed=leftovers,
+            )
+        if not record.started:
+            return RunEnd(
+                how="not_started",
+                code=None,
+                ended_at_ms=record.ended_at_ms or now,
+                reason=record.error or "the agent was not started",
+            )
+        return RunEnd(
+            how="exited",
+            code=record.code,
+            ended_at_ms=record.ended_at_ms or now,
+            signals_sent=sent,
+            leftovers_killed=leftovers,
+        )
+
+    async def _wait_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Return when the wrapper has exited (a pidfd becomes readable; no polling)."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            return
+        try:
+            # pidfd_open may have found a newer process that reused the pid.
+            if self.start_ticks is None or proc.read_start_ticks(self.pid) != self.start_ticks:
+                return
+            ready: asyncio.Future[None] = loop.create_future()
+
+            def on_exit() -> None:
+                if not ready.done():
+                    ready.set_result(None)
+
+            loop.add_reader(fd, on_exit)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+        finally:
+            os.close(fd)
+
+    def _reap(self) -> None:
+        # Only the daemon that started the wrapper is its parent; an adopted one is reaped
+        # by whoever inherited it.
+        if self.is_child:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)
+
+
+async def spawn_detached(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    files: RunFiles,
+    store_path: Path,
+    stream: str,
+    attempt: int,
+    timeout_s: float,
+    kill_grace_s: float,
+    clock: Clock,
+) -> DetachedRun:
+    """Start the wrapper, holding the agent back until :meth:`DetachedRun.release`."""
+    if not argv:
+        raise proc.SpawnError(list(argv), "empty argv")
+    for stale in (files.exit_file, files.release_file):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    options = [
+        "--exit-file",
+        str(files.exit_file),
+        "--release-file",
+        str(files.release_file),
+        "--store",
+        str(store_path),
+        "--stream",
+        stream,
+        "--attempt",
+        str(attempt),
+        "--parent",
+        str(os.getpid()),
+        "--cwd",
+        cwd,
+        "--stdout",
+        files.stdout,
+        "--stderr",
+        files.stderr,
+    ]
+    if files.stdin is not None:
+        options += ["--stdin", files.stdin]
+    wrapper_argv = [sys.executable, "-I", "-S", str(WRAPPER), *options, "--", *argv]
+    log = str(Path(files.run_dir) / WRAPPER_LOG)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    try:
+        pid = os.posix_spawn(
+            sys.executable,
+            wrapper_argv,
+            dict(env),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, log, flags, 0o644),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+            ],
+            setsid=True,
+        )
+    except OSError as exc:
+        raise proc.SpawnError(wrapper_argv, f"{type(exc).__name__}: {exc}") from exc
+    started_at_ms = clock()
+    return DetachedRun(
+        pid=pid,
+        start_ticks=proc.read_start_ticks(pid),
+        files=files,
+        started_at_ms=started_at_ms,
+        deadline_ms=started_at_ms + round(timeout_s * 1000),
+        kill_grace_s=kill_grace_s,
+        is_child=True,
+    )

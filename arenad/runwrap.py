@@ -1,0 +1,186 @@
+"""The run wrapper: the process between the daemon and an agent, so the agent can outlive it.
+
+The daemon starts this file as a script (``python -I -S runwrap.py …``: standard library
+only, no site import, so it starts in a few milliseconds) in a new session; the wrapper is
+the process-group leader and the agent becomes its child in the same group, so one
+``killpg`` reaches both. Three jobs:
+
+1. **Start the agent only if the log says it started.** The wrapper waits for the daemon's
+   release file, which the daemon writes right after ``RunStarted`` (naming this wrapper's
+   pid) is committed. If the daemon dies first, the wrapper sees its parent change and asks
+   the log itself: with a committed ``RunStarted`` for this pid and attempt it starts the
+   agent (the restarted daemon adopts the run); without one it exits having started
+   nothing. So an agent runs if and only if the log records its start: never twice, never
+   unrecorded.
+2. **Outlive group signals.** SIGTERM, SIGINT and SIGHUP only set a flag here (the agent
+   gets them with default handling, since exec resets caught signals), so the wrapper
+   survives a timeout or abort long enough to record how the agent ended. SIGKILL ends
+   both.
+3. **Record the exit.** When the agent ends, the wrapper writes the exit record
+   (``exit.json``, atomically: temp file, fsync, rename) that a restarted daemon reads.
+   The record's keys are ``started`` (bool), ``pid``, ``exit_status`` / ``term_signal``
+   (one of them set), ``ended_at_ms``, and ``error`` when the agent could not be started.
+
+Arguments (all required but ``--stdin``)::
+
+    runwrap.py --exit-file F --release-file R --store DB --stream S --attempt N
+               --parent DAEMON_PID --cwd DIR [--stdin FILE] --stdout FILE --stderr FILE
+               -- ARGV...
+
+The environment the wrapper gets is the agent's environment, passed through untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+# Tags and fields of the log this wrapper reads (events.cell.RunStarted); kept literal so the
+# wrapper imports nothing but the standard library.
+RUN_STARTED_TAG = "run.started"
+NOT_STARTED_EXIT = 3
+_terminate = False
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    global _terminate
+    _terminate = True
+
+
+def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    if "--" not in argv:
+        raise SystemExit("runwrap: missing -- before the agent's argv")
+    split = argv.index("--")
+    opts, command = argv[:split], argv[split + 1 :]
+    if len(opts) % 2 or not command:
+        raise SystemExit("runwrap: options come in pairs and an argv must follow --")
+    parsed = {opts[i].lstrip("-"): opts[i + 1] for i in range(0, len(opts), 2)}
+    required = (
+        "exit-file",
+        "release-file",
+        "store",
+        "stream",
+        "attempt",
+        "parent",
+        "cwd",
+        "stdout",
+    )
+    missing = [name for name in (*required, "stderr") if name not in parsed]
+    if missing:
+        raise SystemExit(f"runwrap: missing options {missing}")
+    return parsed, command
+
+
+def _write_exit_record(path: str, record: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _start_recorded(store: str, stream: str, attempt: int) -> bool:
+    """Whether the log holds a RunStarted for this wrapper's pid and attempt."""
+    import sqlite3  # only on this rare path: the daemon died before releasing us
+
+    # Not mode=ro: a WAL database whose last connection closed has no -shm file, and a
+    # read-only connection cannot create it. This connection only reads.
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{store}?mode=rw", uri=True, timeout=30)
+        ) as db:
+            rows = db.execute(
+                "SELECT payload FROM events WHERE stream = ? AND tag = ?",
+                (stream, RUN_STARTED_TAG),
+            ).fetchall()
+    except sqlite3.Error as exc:
+        # Unknowable: starting could run the agent twice, not starting loses nothing
+        # that was paid for (the next daemon sees a run that never began).
+        sys.stderr.write(f"runwrap: cannot read the log at {store}: {exc}\n")
+        return False
+    me = os.getpid()
+    for (payload,) in rows:
+        started = json.loads(payload)
+        if started.get("pid") == me and started.get("attempt") == attempt:
+            return True
+    return False
+
+
+def _wait_for_release(opts: dict[str, str]) -> bool:
+    """True once the agent may start; False if it must never start."""
+    # The daemon's pid comes as an argument: it may have died before this line runs.
+    parent = int(opts["parent"])
+    delay = 0.002
+    while True:
+        orphaned = os.getppid() != parent
+        if os.path.exists(opts["release-file"]):
+            return True
+        if _terminate:
+            return False
+        if orphaned:
+            # The daemon cannot commit any more, so what the log says now is final.
+            return _start_recorded(opts["store"], opts["stream"], int(opts["attempt"]))
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _spawn(opts: dict[str, str], command: list[str]) -> int:
+    write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, opts.get("stdin", os.devnull), os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, opts["stdout"], write, 0o644),
+        (os.POSIX_SPAWN_OPEN, 2, opts["stderr"], write, 0o644),
+    ]
+    return os.posix_spawnp(
+        command[0],
+        command,
+        dict(os.environ),
+        file_actions=actions,
+        setsigdef=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE),
+    )
+
+
+def main(argv: list[str]) -> int:
+    opts, command = _parse(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    exit_file = opts["exit-file"]
+    if not _wait_for_release(opts):
+        _write_exit_record(exit_file, {"started": False, "error": "not released"})
+        return NOT_STARTED_EXIT
+    try:
+        os.chdir(opts["cwd"])
+        pid = _spawn(opts, command)
+    except OSError as exc:
+        _write_exit_record(
+            exit_file,
+            {
+                "started": False,
+                "error": f"could not start {command[0]!r}: {exc.strerror or exc}",
+                "ended_at_ms": time.time_ns() // 1_000_000,
+            },
+        )
+        return 127
+    _, status = os.waitpid(pid, 0)
+    record: dict[str, Any] = {
+        "started": True,
+        "pid": pid,
+        "exit_status": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "term_signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "ended_at_ms": time.time_ns() // 1_000_000,
+    }
+    _write_exit_record(exit_file, record)
+    code = record["exit_status"]
+    return int(code) if code is not None else 128 + int(record["term_signal"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

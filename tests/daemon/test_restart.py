@@ -1,0 +1,272 @@
+"""Crash, restart and live control against a real `arenad daemon` (command arm, real git).
+
+The agent here is a bash script: it appends one line to ``runs.txt`` each time it really
+starts (so "the agent ran exactly once" is a file count, not a guess), writes lines to its
+stdout over time (ingested live) and exits with a chosen status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from arenad import proc
+from events import cell as ev
+from events.base import Event, Recorded
+from events.ingest import LineIngested
+from tests.conftest import make_repo
+from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+
+CELL = "rs:i1:CMD:0"
+
+
+def _agent(marker: Path, lines: int, pause_s: float, rc: int) -> list[str]:
+    script = (
+        f'echo "$$" >> {marker}; '
+        f"for i in $(seq {lines}); do "
+        # Doubled braces: the command arm's argv is a str.format template.
+        f'echo "{{{{\\"kind\\":\\"tick\\",\\"i\\":$i}}}}"; sleep {pause_s}; done; exit {rc}'
+    )
+    return ["bash", "-c", script]
+
+
+def _setup(tmp_path: Path, argv: list[str], *, timeout_s: float = 60, arm_extra: str = "") -> Path:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    camp = command_campaign(
+        tmp_path / "c.toml",
+        name="rs",
+        repo=repo,
+        base=base,
+        argv=argv,
+        timeout_s=timeout_s,
+        arm_extra=arm_extra,
+    )
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp))
+    assert out.returncode == 0, out.stderr
+    return home
+
+
+def _cell(home: Path) -> list[Event]:
+    return [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]
+
+
+def _of(events: list[Event], kind: type) -> list[Event]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def _has(home: Path, kind: type) -> bool:
+    return bool(_of(_cell(home), kind))
+
+
+def _kill9(daemon: subprocess.Popen[bytes]) -> None:
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait()
+
+
+def _finish(home: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    second = start_daemon(home, "--until-idle", *args, env=env, stderr=tmp_path / "daemon2.err")
+    assert second.wait(timeout=120) == 0, (tmp_path / "daemon2.err").read_text()[-3000:]
+
+
+def _ingested_equals_file(recorded: list[Recorded], attempt: int, run_dir: Path) -> None:
+    lines = [
+        r.event
+        for r in recorded
+        if r.stream == f"ingest/{CELL}/{attempt}" and isinstance(r.event, LineIngested)
+    ]
+    raw = (run_dir / "cmd.out").read_bytes()
+    assert "".join(e.raw + ("" if e.partial else "\n") for e in lines).encode() == raw
+    offsets = [e.offset for e in lines]
+    assert offsets == sorted(set(offsets)), "a line was ingested twice"
+
+
+def _run_dir(events: list[Event]) -> Path:
+    materialized = _of(events, ev.CellMaterialized)
+    assert materialized
+    return Path(materialized[-1].run_dir)  # type: ignore[attr-defined]
+
+
+def _verify_log_ok(home: Path) -> None:
+    out = cli(home, "verify-log")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_agent_outlives_a_killed_daemon_and_is_adopted(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=30, pause_s=0.1, rc=5))
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    _kill9(daemon)
+    started = _of(_cell(home), ev.RunStarted)[0]
+    assert isinstance(started, ev.RunStarted)
+    assert proc.group_alive(started.pgid), "the agent died with the daemon"
+
+    _finish(home, tmp_path)
+    events = _cell(home)
+    assert len(marker.read_text().split()) == 1, "the agent ran twice"
+    assert len(_of(events, ev.RunStarted)) == 1
+    adopted = _of(events, ev.RunAdopted)
+    assert len(adopted) == 1 and adopted[0].pid == started.pid  # type: ignore[attr-defined]
+    completed = _of(events, ev.RunCompleted)
+    assert [c.rc for c in completed] == [5]  # type: ignore[attr-defined]
+    assert isinstance(events[-1], ev.CellRecovered)
+    _ingested_equals_file(read_all(home), 1, _run_dir(events))
+    _verify_log_ok(home)
+
+
+def test_a_run_that_ended_while_no_daemon_ran_gets_its_real_exit(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=3, pause_s=0.3, rc=3))
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    _kill9(daemon)
+    run_dir = _run_dir(_cell(home))
+    wait_for(lambda: (run_dir / "arenad.exit.json").exists(), "the agent's exit record")
+
+    _finish(home, tmp_path)
+    events = _cell(home)
+    assert not _of(events, ev.RunAdopted)
+    assert [c.rc for c in _of(events, ev.RunCompleted)] == [3]  # type: ignore[attr-defined]
+    _ingested_equals_file(read_all(home), 1, run_dir)
+
+
+def test_the_recorded_deadline_holds_for_an_adopted_run(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0), timeout_s=4)
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    _kill9(daemon)
+    _finish(home, tmp_path)
+    events = _cell(home)
+    started = _of(events, ev.RunStarted)[0]
+    timed_out = _of(events, ev.RunTimedOut)
+    assert len(timed_out) == 1 and timed_out[0].rc == 124  # type: ignore[attr-defined]
+    assert not proc.group_alive(started.pgid)  # type: ignore[attr-defined]
+    # Timed out at the original deadline, not a fresh ceiling from the restart.
+    assert timed_out[0].wall_s < 4 + 3  # type: ignore[attr-defined]
+
+
+def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    _kill9(daemon)
+    started = _of(_cell(home), ev.RunStarted)[0]
+    # The machine "rebooted": the run's whole group dies with no chance to record anything.
+    os.killpg(started.pgid, signal.SIGKILL)  # type: ignore[attr-defined]
+    wait_for(lambda: not proc.group_alive(started.pgid), "the group to die")  # type: ignore[attr-defined]
+
+    _finish(home, tmp_path)
+    events = _cell(home)
+    aborted = _of(events, ev.RunAborted)
+    assert len(aborted) == 1
+    assert aborted[0].reason == "lost with the daemon" and aborted[0].rc is None  # type: ignore[attr-defined]
+    assert isinstance(events[-1], ev.CellRecovered)
+
+
+@pytest.mark.parametrize("when", ["crash-before", "crash-after"])
+def test_a_crash_around_run_started_never_runs_the_agent_twice(tmp_path: Path, when: str) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=3, pause_s=0.1, rc=0))
+    env = {**os.environ, "ARENAD_FAULT": f"{when}:run.started"}
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=60) == 86, (tmp_path / "daemon.err").read_text()[-2000:]
+
+    _finish(home, tmp_path)
+    events = _cell(home)
+    assert len(marker.read_text().split()) == 1, "the agent ran twice (or never)"
+    started = _of(events, ev.RunStarted)
+    assert len(started) == 1
+    if when == "crash-before":
+        # Nothing was recorded as started: a fresh attempt ran it, the first never did.
+        assert [r.attempt for r in _of(events, ev.CellRetried)] == [2]  # type: ignore[attr-defined]
+        assert started[0].attempt == 2  # type: ignore[attr-defined]
+    else:
+        # Recorded but never released: the orphaned wrapper read the log and started it.
+        assert started[0].attempt == 1  # type: ignore[attr-defined]
+    assert isinstance(events[-1], ev.CellRecovered)
+    _verify_log_ok(home)
+
+
+def test_sigterm_with_leave_running_hands_the_agent_to_the_next_daemon(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=20, pause_s=0.1, rc=0))
+    daemon = start_daemon(home, "--leave-running", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    assert not _has(home, ev.RunAborted)
+    _finish(home, tmp_path)
+    events = _cell(home)
+    assert len(_of(events, ev.RunAdopted)) <= 1  # 0 if it ended before the restart
+    assert [c.rc for c in _of(events, ev.RunCompleted)] == [0]  # type: ignore[attr-defined]
+    assert len(marker.read_text().split()) == 1
+
+
+def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    # An agent that ignores SIGTERM, with a long kill grace: a drain would wait it out.
+    stubborn = ["bash", "-c", f"trap '' TERM; echo $$ >> {marker}; sleep 120"]
+    home = _setup(tmp_path, stubborn, arm_extra="kill_grace_s = 60")
+    daemon = start_daemon(home, stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
+    daemon.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the drain is under way (no condition to wait on: it is waiting)
+    assert daemon.poll() is None, "the first signal should drain, not stop at once"
+    t0 = time.monotonic()
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    assert time.monotonic() - t0 < 20
+    aborted = _of(_cell(home), ev.RunAborted)
+    assert len(aborted) == 1
+    started = _of(_cell(home), ev.RunStarted)[0]
+    assert not proc.group_alive(started.pgid)  # type: ignore[attr-defined]
+
+
+def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, ["bash", "-c", f"echo $$ >> {marker}; sleep 120"])
+    daemon = start_daemon(
+        home,
+        "--until-idle",
+        "--hang-after",
+        "1",
+        "--hang-abort",
+        stderr=tmp_path / "daemon.err",
+    )
+    assert daemon.wait(timeout=60) == 0
+    events = _cell(home)
+    hangs = _of(events, ev.HangDetected)
+    assert len(hangs) == 1 and hangs[0].action == "abort"  # type: ignore[attr-defined]
+    assert hangs[0].silent_s >= 1  # type: ignore[attr-defined]
+    aborted = _of(events, ev.RunAborted)
+    assert len(aborted) == 1 and "hang" in aborted[0].reason  # type: ignore[attr-defined]
+
+
+def test_a_full_store_stops_the_daemon_cleanly_and_loses_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=20, pause_s=0.1, rc=0))
+    env = {**os.environ, "ARENAD_FAULT": "full-after:run.started"}
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=60) == 1
+    err = (tmp_path / "daemon.err").read_text()
+    assert "cannot be written" in err and "Traceback" not in err
+    _verify_log_ok(home)
+    started = _of(_cell(home), ev.RunStarted)
+    assert len(started) == 1
+
+    _finish(home, tmp_path)
+    events = _cell(home)
+    assert [c.rc for c in _of(events, ev.RunCompleted)] == [0]  # type: ignore[attr-defined]
+    assert len(marker.read_text().split()) == 1
+    _ingested_equals_file(read_all(home), 1, _run_dir(events))
+    _verify_log_ok(home)
