@@ -70,10 +70,19 @@ def _join_pair(match: re.Match[str]) -> str:
     return chr(0x10000 + ((ord(hi) - 0xD800) << 10) + (ord(lo) - 0xDC00))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# CPython's C string encoder (ensure_ascii=False) escapes exactly what JSON.stringify does
+# — '"', '\\', the short escapes, \u00XX lowercase for the other controls — except lone
+# surrogates, which it leaves raw: strings with surrogates take the slow path.
+_encode_basestring: Any = getattr(json.encoder, "c_encode_basestring", None) or (
+    json.encoder.py_encode_basestring
+)
+
+
 def js_string(s: str) -> str:
     """``JSON.stringify(s)`` for a string."""
-    if _NEEDS_ESCAPE.search(s) is None:
-        return f'"{s}"'
+    if _SURROGATE.search(s) is None:
+        return str(_encode_basestring(s))
     s = _SURROGATE_PAIR.sub(_join_pair, s)
     return '"' + _NEEDS_ESCAPE.sub(_escape, s) + '"'
 
@@ -136,9 +145,15 @@ def _is_array_index(key: str) -> bool:
 
 def _js_key_order(obj: Mapping[Any, Any]) -> list[str]:
     keys = list(obj)
+    maybe_index = False
     for key in keys:
         if not isinstance(key, str):
             raise TypeError(f"object keys must be str, not {type(key).__name__}")
+        # Every array index starts with an ASCII digit; most objects have no such key.
+        if key and "0" <= key[0] <= "9":
+            maybe_index = True
+    if not maybe_index:
+        return keys
     index_keys = [k for k in keys if _is_array_index(k)]
     if not index_keys:
         return keys
@@ -147,6 +162,39 @@ def _js_key_order(obj: Mapping[Any, Any]) -> list[str]:
 
 
 def _write(value: Any, out: list[str]) -> None:
+    # Exact built-in types first (the hot path of a ledger: dicts, lists, strings, small
+    # numbers); anything else — subclasses, other mappings, tuples — takes the general one.
+    kind = type(value)
+    if kind is str:
+        out.append(js_string(value))
+    elif kind is dict:
+        out.append("{")
+        first = True
+        for key in _js_key_order(value):
+            if not first:
+                out.append(",")
+            first = False
+            out.append(js_string(key))
+            out.append(":")
+            _write(value[key], out)
+        out.append("}")
+    elif kind is list:
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    elif kind is int and -_MAX_SAFE <= value <= _MAX_SAFE:
+        out.append(str(value))
+    elif kind is float and value.is_integer() and -_MAX_SAFE < value < _MAX_SAFE:
+        # Exact below 2**53, where the shortest digits are the integer's own (-0 → 0).
+        out.append(str(int(value)))
+    else:
+        _write_general(value, out)
+
+
+def _write_general(value: Any, out: list[str]) -> None:
     if value is None:
         out.append("null")
     elif value is True:
@@ -190,10 +238,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder: json.loads with keyword arguments builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def js_parse(text: str) -> Any:
     """``JSON.parse(text)``; raises ``ValueError`` where JS throws a SyntaxError."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return _DECODER.decode(text)
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
 

@@ -704,11 +704,12 @@ def rollout_id(*stable_keys: str | int | None) -> str:
 
 
 def write_ledger_atomically(
-    path: str | os.PathLike[str], lines: Iterable[Mapping[str, Any]]
+    path: str | os.PathLike[str], lines: Iterable[Mapping[str, Any]], *, validate: bool = True
 ) -> int:
     """Replace the ledger at ``path`` with ``lines``; return how many were written.
 
-    Each line is validated (``assert_rollout_line``) and streamed to a temporary file in
+    Each line is validated (``assert_rollout_line``; ``validate=False`` for a producer
+    that already validated every line, naming its source) and streamed to a temporary file in
     the same directory (created if missing), which is fsynced and renamed over ``path``;
     the directory is fsynced too. The file keeps the mode of the ledger it replaces
     (0644 for a new one). On any error the temporary file is removed and an
@@ -728,7 +729,8 @@ def write_ledger_atomically(
                 mode = 0o644
             os.fchmod(out.fileno(), mode)
             for line in lines:
-                assert_rollout_line(line, f"rollout line [{count}]")
+                if validate:
+                    assert_rollout_line(line, f"rollout line [{count}]")
                 out.write(serialize_rollout_line(line))
                 out.write("\n")
                 count += 1
