@@ -299,10 +299,15 @@ def test_hanging_workers_time_out_and_their_spend_is_recovered(
         tok_in,
         tok_out,
     )
-    assert sessions == 2
+    # Not necessarily both: the second worker starts once the first is under way, and on a
+    # loaded machine the ceiling may come before its session does. At least the first one
+    # spent tokens before the hang, so the recovered figures are not vacuous.
+    assert sessions >= 1 and tok_in > 0
     assert spend.worker_tok_journal == 0  # no worker settled
     captured = [e for e in capture if isinstance(e, AgentSessionCaptured)]
     assert {c.session_id for c in captured} == session_ids
+    unmatched = {e.cwd for e in capture if isinstance(e, WorkerCwdUnmatched)}
+    assert unmatched == set(cwds) - {c.directory for c in captured}
     result = json.loads((run_dir / "result.json").read_text())
     assert result["sup_status"] == "running" and result["driver_rc"] == 124
     assert result["recoveredSpend"]["workerSessions"] == sessions
