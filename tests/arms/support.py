@@ -11,7 +11,7 @@ from pathlib import Path
 
 from arenad.ingest.lines import line_bytes
 from events.base import Event, Recorded
-from events.ingest import FileTruncated, LineIngested, LineMalformed
+from events.ingest import FileTruncated, IngestionClosed, LineIngested, LineMalformed
 from tests.daemon.support import cli, read_all, start_daemon
 
 DRIVER = Path(__file__).resolve().parents[1] / "fakes" / "supervisor-driver"
@@ -159,3 +159,16 @@ def live_group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X", "x"):
             live.append(int(stat.parent.name))
     return live
+
+
+def assert_closed_once(events: list[Event], sup_dir: Path, brain: Path) -> None:
+    """One IngestionClosed, after everything else, naming each watched file's final size."""
+    closed = [e for e in events if isinstance(e, IngestionClosed)]
+    assert len(closed) == 1 and events[-1] is closed[0], closed
+    sizes = {
+        f"supervisor:{rel}": (sup_dir / rel).stat().st_size for rel in supervisor_files(sup_dir)
+    }
+    if (sup_dir / "state.json").is_file():
+        sizes["supervisor:state.json"] = (sup_dir / "state.json").stat().st_size
+    sizes[f"brain:{brain.name}"] = brain.stat().st_size
+    assert closed[0].files == sizes

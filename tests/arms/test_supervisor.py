@@ -14,12 +14,12 @@ from events.base import Event
 from events.ingest import (
     FileSnapshotted,
     FileTruncated,
-    IngestionClosed,
     LineIngested,
     LineMalformed,
 )
 from tests.arms.support import (
     SUP_RUN,
+    assert_closed_once,
     assert_files_ingested_exactly,
     daemon_until_idle,
     live_group_members,
@@ -76,10 +76,10 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
         "workers/w2.ndjson",
     ]
     assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
     assert not any(getattr(e, "path", "").endswith(".inbox.ndjson") for e in ingest)
     snaps = [e for e in ingest if isinstance(e, FileSnapshotted)]
     assert json.loads(snaps[-1].content)["status"] == "completed"
-    assert isinstance(ingest[-1], IngestionClosed)
     summary = figures.summarize(ingest)
     assert (summary.spawned, summary.workers, summary.settled) == (3, 2, 3)
     assert summary.subtasks == ["w1", "w2"]
@@ -129,7 +129,7 @@ def test_hang_times_out_kills_the_group_and_still_recovers(tmp_path: Path) -> No
         ("progress.ndjson", '{"kind":"progress","note":"never fin')
     ]
     assert isinstance(partial[0], LineMalformed)  # half a JSON object does not parse
-    assert isinstance(ingest[-1], IngestionClosed)
+    assert_closed_once(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
     # state.json still says running: not completed, so never scored.
     assert _one(cell, ev.SupervisorOutcome).status == "running"  # type: ignore[attr-defined]
 

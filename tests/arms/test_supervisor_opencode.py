@@ -17,9 +17,10 @@ from arenad.arms import supervisor_figures as figures
 from events import cell as ev
 from events.base import Event
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
-from events.ingest import FileSnapshotted, IngestionClosed, LineMalformed
+from events.ingest import FileSnapshotted, LineMalformed
 from tests.arms.support import (
     SUP_RUN,
+    assert_closed_once,
     assert_files_ingested_exactly,
     daemon_until_idle,
     line_events,
@@ -188,7 +189,7 @@ def test_two_real_opencode_workers(
     snapshots = [e for e in ingest if isinstance(e, FileSnapshotted)]
     assert snapshots[-1].content == (sup / "state.json").read_text()
     assert json.loads(snapshots[0].content)["status"] == "running"
-    assert isinstance(ingest[-1], IngestionClosed)
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
 
     # Figures derived from the ingested events.
     summary = figures.summarize(ingest)
@@ -286,6 +287,7 @@ def test_hanging_workers_time_out_and_their_spend_is_recovered(
 
     sup = run_dir / "ws" / SUP_RUN
     assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
     assert figures.summarize(ingest).settled == 0
     cwds = _clones(run_dir)
     assert figures.worker_cwds(ingest) == cwds

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from arenad.cell.machine import fold
 from events import cell as ev
-from events.ingest import FileTruncated, IngestionClosed, LineIngested, LineMalformed
+from events.ingest import FileTruncated, LineIngested, LineMalformed
 from tests.arms.support import (
     SUP_RUN,
+    assert_closed_once,
     assert_files_ingested_exactly,
     daemon_until_idle,
     submit,
     supervisor_campaign,
-    supervisor_files,
 )
 from tests.conftest import make_repo
 from tests.daemon.support import cli, env_with, start_daemon, wait_for
@@ -112,12 +112,7 @@ def test_kill_9_mid_stream_then_restart_ingests_every_line_once(tmp_path: Path) 
     assert len(keys) == len(set(keys))
 
     # Closed once, after every line, at each file's final size.
-    closed = [e for e in ingest if isinstance(e, IngestionClosed)]
-    assert len(closed) == 1 and ingest[-1] == closed[0]
-    sizes = {f"supervisor:{rel}": (sup / rel).stat().st_size for rel in supervisor_files(sup)}
-    sizes["supervisor:state.json"] = (sup / "state.json").stat().st_size
-    sizes["brain:brain.jsonl"] = (run_dir / "brain.jsonl").stat().st_size
-    assert closed[0].files == sizes
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
 
     verify = cli(home, "verify-log")
     assert verify.returncode == 0, verify.stdout + verify.stderr
