@@ -56,6 +56,7 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the wrapper wrote when the agent ended (or could not start)."""
 
     started: bool
+    wrapper_pid: int | None = None
     pid: int | None = None
     exit_status: int | None = None
     term_signal: int | None = None
@@ -75,12 +76,17 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
 _exit_decoder = msgspec.json.Decoder(ExitRecord)
 
 
-def read_exit_record(path: Path) -> ExitRecord | None:
-    """The wrapper's exit record, or None when there is none (or it cannot be read)."""
+def read_exit_record(path: Path, wrapper_pid: int | None = None) -> ExitRecord | None:
+    """The exit record of wrapper ``wrapper_pid`` (any wrapper's if None); None when there
+    is none, it cannot be read, or another wrapper wrote it (a crashed daemon's leftover in
+    a re-materialized run dir)."""
     try:
-        return _exit_decoder.decode(path.read_bytes())
+        record = _exit_decoder.decode(path.read_bytes())
     except (OSError, msgspec.DecodeError):
         return None
+    if wrapper_pid is not None and record.wrapper_pid != wrapper_pid:
+        return None
+    return record
 
 
 How = Literal["exited", "timed_out", "aborted", "lost", "not_started"]
@@ -163,9 +169,11 @@ class DetachedRun:
         return proc.group_alive(self.pgid)
 
     def release(self) -> None:
-        """Let the agent start (call only once its RunStarted is committed)."""
-        fd = os.open(self.files.release_file, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
+        """Let the agent start (call only once its RunStarted is committed). The file names
+        the wrapper it releases and appears whole (written aside, then renamed)."""
+        tmp = self.files.release_file.with_name(f"{RELEASE_FILE}.{self.pid}.tmp")
+        tmp.write_text(f"{self.pid}\n")
+        os.replace(tmp, self.files.release_file)
 
     def abort(self, reason: str) -> None:
         if self._abort_reason is None:
@@ -221,7 +229,7 @@ class DetachedRun:
                 reason=self._abort_reason,
                 signals_sent=sent,
             )
-        record = read_exit_record(self.files.exit_file)
+        record = read_exit_record(self.files.exit_file, self.pid)
         if record is None:
             return RunEnd(
                 how="lost",

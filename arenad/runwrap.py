@@ -18,8 +18,10 @@ the process-group leader and the agent becomes its child in the same group, so o
    both.
 3. **Record the exit.** When the agent ends, the wrapper writes the exit record
    (``exit.json``, atomically: temp file, fsync, rename) that a restarted daemon reads.
-   The record's keys are ``started`` (bool), ``pid``, ``exit_status`` / ``term_signal``
-   (one of them set), ``ended_at_ms``, and ``error`` when the agent could not be started.
+   The record's keys are ``wrapper_pid``, ``started`` (bool), ``pid`` (the agent's),
+   ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, and ``error`` when
+   the agent could not be started. The release file holds the pid of the wrapper it
+   releases, so a wrapper never takes another's release.
 
 Arguments (all required but ``--stdin``)::
 
@@ -114,6 +116,16 @@ def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     return False
 
 
+def _released(path: str) -> bool:
+    # The release names the wrapper it is for: a wrapper left over from a daemon that
+    # died (same run dir, re-materialized) must not take a newer wrapper's release.
+    try:
+        with open(path) as release:
+            return release.read().strip() == str(os.getpid())
+    except OSError:
+        return False
+
+
 def _wait_for_release(opts: dict[str, str]) -> bool:
     """True once the agent may start; False if it must never start."""
     # The daemon's pid comes as an argument: it may have died before this line runs.
@@ -121,7 +133,7 @@ def _wait_for_release(opts: dict[str, str]) -> bool:
     delay = 0.002
     while True:
         orphaned = os.getppid() != parent
-        if os.path.exists(opts["release-file"]):
+        if _released(opts["release-file"]):
             return True
         if _terminate:
             return False
@@ -153,8 +165,9 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     exit_file = opts["exit-file"]
+    me = {"wrapper_pid": os.getpid()}
     if not _wait_for_release(opts):
-        _write_exit_record(exit_file, {"started": False, "error": "not released"})
+        _write_exit_record(exit_file, {**me, "started": False, "error": "not released"})
         return NOT_STARTED_EXIT
     try:
         os.chdir(opts["cwd"])
@@ -163,6 +176,7 @@ def main(argv: list[str]) -> int:
         _write_exit_record(
             exit_file,
             {
+                **me,
                 "started": False,
                 "error": f"could not start {command[0]!r}: {exc.strerror or exc}",
                 "ended_at_ms": time.time_ns() // 1_000_000,
@@ -171,6 +185,7 @@ def main(argv: list[str]) -> int:
         return 127
     _, status = os.waitpid(pid, 0)
     record: dict[str, Any] = {
+        **me,
         "started": True,
         "pid": pid,
         "exit_status": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,

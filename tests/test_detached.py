@@ -74,6 +74,17 @@ async def test_agent_is_held_back_until_released(tmp_path: Path) -> None:
     assert (tmp_path / "started").exists()
 
 
+async def test_a_release_for_another_wrapper_is_not_taken(tmp_path: Path) -> None:
+    # A leftover wrapper of a crashed daemon shares the run dir with the new one.
+    run = await _spawn(tmp_path, "touch started")
+    run.files.release_file.write_text(f"{run.pid + 1}\n")
+    await asyncio.sleep(0.3)
+    assert not (tmp_path / "started").exists()
+    run.release()
+    assert (await run.wait(_clock)).how == "exited"
+    assert (tmp_path / "started").exists()
+
+
 async def test_cancel_unreleased_starts_nothing(tmp_path: Path) -> None:
     run = await _spawn(tmp_path, "touch started")
     await run.cancel_unreleased()

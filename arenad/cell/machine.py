@@ -4,6 +4,7 @@
               -> verified -> recovered                 (terminal)
     any non-terminal state -> failed                   (terminal)
     recovered | failed | materialized -> submitted     (a new attempt, attempt + 1)
+    materialized -> materialized                       (re-materialized after a crash)
 
 The transitions are one table (``TRANSITIONS``); facts that do not move the
 state (an abort request, a verdict, a hang) are allowed per state by
@@ -44,6 +45,9 @@ _NON_TERMINAL = frozenset(set(S) - TERMINAL)
 TRANSITIONS: dict[tuple[CellStatus | None, str], CellStatus] = {
     (None, "cell.submitted"): S.SUBMITTED,
     (S.SUBMITTED, "cell.materialized"): S.MATERIALIZED,
+    # Re-materialized in place: a daemon died between materializing and starting the run,
+    # so the workspace is made afresh; the attempt (one agent run) is still unused.
+    (S.MATERIALIZED, "cell.materialized"): S.MATERIALIZED,
     (S.MATERIALIZED, "run.started"): S.RUNNING,
     (S.RUNNING, "run.completed"): S.COMPLETED,
     (S.RUNNING, "run.timed_out"): S.TIMED_OUT,
@@ -53,8 +57,8 @@ TRANSITIONS: dict[tuple[CellStatus | None, str], CellStatus] = {
     (S.ABORTED, "cell.verified"): S.VERIFIED,
     (S.VERIFIED, "cell.recovered"): S.RECOVERED,
     **{(state, "cell.failed"): S.FAILED for state in _NON_TERMINAL},
-    # A new attempt: after an end, or when a materialized workspace cannot be
-    # trusted any more (the daemon died between materializing and starting).
+    # A new attempt: after an end (or, in logs of arenad before re-materializing in
+    # place, when a daemon died between materializing and starting).
     (S.RECOVERED, "cell.retried"): S.SUBMITTED,
     (S.FAILED, "cell.retried"): S.SUBMITTED,
     (S.MATERIALIZED, "cell.retried"): S.SUBMITTED,

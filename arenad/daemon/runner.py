@@ -41,6 +41,7 @@ from arenad.daemon.recover import recover_events, recover_supervisor_events, res
 from arenad.detached import DetachedRun, RunEnd, RunFiles, spawn_detached
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
+from arenad.judge import run_judge
 from arenad.materialize import MaterializeError, materialize
 from arenad.patch import extract_patch
 from arenad.store.sqlite import SqliteEventStore
@@ -136,21 +137,11 @@ class CellRunner:
                 if self._materialized_here:
                     await self.run(state)
                 else:
-                    # Materialized by an earlier daemon that died before the run was
-                    # recorded: the workspace may be half-set-up, so start a fresh attempt.
-                    # (Its wrapper, if one was spawned, never starts the agent: the log
-                    # holds no RunStarted for it.)
-                    await self.writer.append(
-                        [
-                            ev.CellRetried(
-                                attempt=state.attempt + 1,
-                                reason=(
-                                    "daemon restarted after materializing; workspace not trusted"
-                                ),
-                                requested_by="resume",
-                            )
-                        ]
-                    )
+                    # Materialized by a daemon that died before the run was recorded: the
+                    # workspace may be half-set-up, so it is made afresh for the same
+                    # attempt (no agent ran; a wrapper it may have spawned never starts
+                    # one, as the log holds no RunStarted naming it).
+                    await self.materialize(state)
             case S.RUNNING:
                 await self.resume_running(state)
             case S.COMPLETED | S.TIMED_OUT | S.ABORTED:
@@ -183,8 +174,8 @@ class CellRunner:
         run_dir = self._run_dir(state)
         ws = run_dir / "ws"
         try:
-            # Nothing of this attempt was recorded yet, so anything here is debris of a
-            # daemon that died mid-materialization: start clean.
+            # No run of this attempt was recorded, so anything here is debris of a daemon
+            # that died before starting one: start clean.
             if run_dir.exists():
                 await asyncio.to_thread(shutil.rmtree, run_dir)
             run_dir.mkdir(parents=True)
@@ -463,21 +454,32 @@ class CellRunner:
             env=ctx.env,
             timeout_s=spec.verify_timeout_s,
         )
-        await self.writer.append(
-            [
-                ev.CellVerified(
+        events: list[Event] = [
+            ev.CellVerified(
+                attempt=state.attempt,
+                scored=outcome.scored,
+                not_scored_reason=outcome.not_scored_reason,
+                patch_path=str(patch_path),
+                patch_lines=patch.lines,
+                patch_sha256=patch.sha256,
+                verify_rc=verdict.rc,
+                verify_pass=verdict.passed,
+                verify_log=str(verify_log),
+            )
+        ]
+        if spec.judge is not None:
+            # In the same append: a crash re-runs verify and the judge together, so an
+            # attempt is never left verified but unjudged.
+            events.append(
+                await run_judge(
+                    spec.judge,
                     attempt=state.attempt,
-                    scored=outcome.scored,
-                    not_scored_reason=outcome.not_scored_reason,
-                    patch_path=str(patch_path),
-                    patch_lines=patch.lines,
-                    patch_sha256=patch.sha256,
-                    verify_rc=verdict.rc,
-                    verify_pass=verdict.passed,
-                    verify_log=str(verify_log),
+                    workspace=ctx.workspace,
+                    run_dir=ctx.run_dir,
+                    env=ctx.env,
                 )
-            ]
-        )
+            )
+        await self.writer.append(events)
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)

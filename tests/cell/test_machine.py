@@ -35,6 +35,7 @@ RUN_ENDED = frozenset({S.COMPLETED, S.TIMED_OUT, S.ABORTED})
 EXPECTED_MOVES: dict[tuple[CellStatus | None, str], CellStatus] = {
     (None, "cell.submitted"): S.SUBMITTED,
     (S.SUBMITTED, "cell.materialized"): S.MATERIALIZED,
+    (S.MATERIALIZED, "cell.materialized"): S.MATERIALIZED,
     (S.MATERIALIZED, "run.started"): S.RUNNING,
     (S.RUNNING, "run.completed"): S.COMPLETED,
     (S.RUNNING, "run.timed_out"): S.TIMED_OUT,
