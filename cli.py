@@ -228,6 +228,14 @@ def daemon(
         float,
         typer.Option(min=0, help="Seconds before the first automatic retry (then doubling)."),
     ] = 5.0,
+    proposer_worktree_root: Annotated[
+        str | None,
+        typer.Option(help="Where proposer shot worktrees live (default HOME/proposer-wt)."),
+    ] = None,
+    claude_projects_dir: Annotated[
+        str | None,
+        typer.Option(help="Claude Code's projects dir (default ~/.claude/projects)."),
+    ] = None,
 ) -> None:
     from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
@@ -242,6 +250,8 @@ def daemon(
         leave_running=leave_running,
         drain_timeout_s=drain_timeout,
         retry=RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
+        proposer_worktree_root=proposer_worktree_root,
+        claude_projects_dir=claude_projects_dir,
     )
     raise typer.Exit(run(run_daemon(_ctx.home, options)))
 

@@ -28,6 +28,7 @@ from arenad.errors import ArenadError, StoreUnwritable
 from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
 from arenad.lease import DaemonLease
+from arenad.proposer.capture import ProposerPaths, run_proposer_capture
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
 from events.base import Recorded
@@ -54,6 +55,10 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     # a planned restart) instead of aborting them.
     leave_running: bool = False
     retry: RetryPolicy = RetryPolicy()
+    # Proposer capture: where shot worktrees live (default <home>/proposer-wt) and Claude
+    # Code's projects dir (default ~/.claude/projects).
+    proposer_worktree_root: str | None = None
+    claude_projects_dir: str | None = None
 
 
 class DaemonFatal(ArenadError):
@@ -211,10 +216,21 @@ class Daemon:
             ],
         )
         follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
+        proposer_stop = asyncio.Event()
+        paths = ProposerPaths.for_home(
+            self.home.root,
+            worktree_root=self.options.proposer_worktree_root,
+            claude_projects_dir=self.options.claude_projects_dir,
+        )
+        proposer = asyncio.create_task(
+            run_proposer_capture(self.store, paths, proposer_stop), name="proposer capture"
+        )
+        side_tasks = (follower, proposer)
         try:
             while not self.stopping.is_set():
-                if follower.done():
-                    follower.result()  # a crashed side task stops the daemon, loudly
+                for task in side_tasks:
+                    if task.done():
+                        task.result()  # a crashed side task stops the daemon, loudly
                 self.wake.clear()
                 runnable = await self._runnable()
                 for cell_id, campaign in runnable:
@@ -233,6 +249,12 @@ class Daemon:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await follower
+            # The proposer capture's last pass records every file's final content.
+            proposer_stop.set()
+            if self.fatal is not None:
+                proposer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await proposer
             if self.fatal is None:
                 await self.store.append(
                     DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]

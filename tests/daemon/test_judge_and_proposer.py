@@ -1,0 +1,62 @@
+"""The daemon runs the campaign's judge with verify, and captures proposer shots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from events import cell as ev
+from events.capture import ProposerShotCaptured
+from tests.conftest import make_repo
+from tests.daemon.support import cli, command_campaign, read_all, start_daemon
+
+CELL = "jp:i1:CMD:0"
+
+
+def test_the_judge_verdict_commits_with_verify(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    verdict = json.dumps({"resolved": True, "score": 1})
+    camp = command_campaign(
+        tmp_path / "c.toml",
+        name="jp",
+        repo=repo,
+        base=base,
+        argv=["bash", "-c", "echo b >> a.txt"],
+        extra=f"[judge]\ncommand = {json.dumps(f'echo {json.dumps(verdict)}')}",
+    )
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp))
+    assert out.returncode == 0, out.stderr
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()
+    records = [r for r in read_all(home) if r.stream == f"cell/{CELL}"]
+    verified = next(r for r in records if isinstance(r.event, ev.CellVerified))
+    judged = next(r for r in records if isinstance(r.event, ev.JudgeVerdictRecorded))
+    # One append: the verdict is the next version of the stream, in the same commit.
+    assert judged.version == verified.version + 1
+    assert judged.recorded_at_ms == verified.recorded_at_ms
+    assert judged.event.resolved is True and judged.event.source == "command"  # type: ignore[attr-defined]
+    assert isinstance(records[-1].event, ev.CellRecovered)
+
+
+def test_the_daemon_captures_proposer_shots(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "init").returncode == 0
+    shots = home / "proposer-shots" / "alice"
+    shots.mkdir(parents=True)
+    receipt = {"receipt": {"generation": 0, "candidateIndex": 1, "shot": 1}, "stdoutTail": ""}
+    (shots / "gen0-cand1-shot1.json").write_text(json.dumps(receipt))
+    daemon = start_daemon(
+        home,
+        "--until-idle",
+        "--claude-projects-dir",
+        str(tmp_path / "claude"),
+        stderr=tmp_path / "daemon.err",
+    )
+    assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()
+    captured = [r.event for r in read_all(home) if isinstance(r.event, ProposerShotCaptured)]
+    assert len(captured) == 1
+    assert (captured[0].generation, captured[0].candidate_index, captured[0].shot) == (0, 1, 1)
+    assert captured[0].author == "alice"
