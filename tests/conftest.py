@@ -24,19 +24,22 @@ GIT_ENV = {
 }
 
 
-def git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     out = subprocess.run(
         ["git", "-C", str(repo), *args],
         check=True,
         capture_output=True,
         text=True,
-        env={**os.environ, **GIT_ENV},
+        env={**os.environ, **GIT_ENV, **(env or {})},
     )
     return out.stdout.strip()
 
 
-def make_repo(path: Path, files: dict[str, str], message: str = "base") -> str:
-    """A real git repo with ``files`` committed; returns the commit."""
+def make_repo(
+    path: Path, files: dict[str, str], message: str = "base", *, date: str | None = None
+) -> str:
+    """A real git repo with ``files`` committed; returns the commit. With ``date`` (e.g.
+    ``"2026-01-01T00:00:00Z"``) the commit is the same in every run."""
     path.mkdir(parents=True, exist_ok=True)
     if not (path / ".git").exists():
         git(path, "init", "-q", "-b", "main")
@@ -45,7 +48,8 @@ def make_repo(path: Path, files: dict[str, str], message: str = "base") -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", message)
+    dates = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date} if date else None
+    git(path, "commit", "-q", "-m", message, env=dates)
     return git(path, "rev-parse", "HEAD")
 
 
