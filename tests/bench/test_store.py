@@ -32,7 +32,8 @@ def test_quick_mode_prints_every_figure() -> None:
     expected = [
         rf"single-event appends, [\d,]+ events\s+{appends}",
         rf"batched appends \(1000/txn\), [\d,]+ events\s+{appends}",
-        rf"replay \(decode \+ fold\), [\d,]+ events\s+{RATE}\s+{RATE}\s+{RATIO}",
+        rf"replay \(read \+ decode \+ fold\), [\d,]+ events\s+{RATE}\s+{RATE}\s+{RATIO}",
+        rf"replay \(read \+ decode\), [\d,]+ events\s+{RATE}\s+{RATE}\s+{RATIO}",
         rf"replay peak RSS, [\d,]+ events\s+{MIB}\s+{MIB}\s+{RATIO}",
         r"batched appends >= 50% of sqlite3 executemany: \d+%\s+(met|MISSED)",
         rf"replay >= 300,000 events/s: {RATE}\s+(met|MISSED)",
