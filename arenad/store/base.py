@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import msgspec
 
@@ -37,8 +37,11 @@ class EventStore(abc.ABC):
     async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
 
     @abc.abstractmethod
-    def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
-        """Every event after ``after_seq`` in order, fetched in bounded batches."""
+    def read_all(
+        self, after_seq: int = 0, batch_size: int = 2000, tags: Collection[str] | None = None
+    ) -> AsyncIterator[Recorded]:
+        """Every event after ``after_seq`` in order (only those tagged one of ``tags`` when
+        given), fetched in bounded batches."""
 
     async def read_streams(self, streams: Sequence[str]) -> list[Recorded]:
         """Several streams' events in global order."""
@@ -58,14 +61,26 @@ class EventStore(abc.ABC):
         """Stream ids starting with ``prefix``, sorted."""
 
     async def follow(
-        self, after_seq: int = 0, poll_s: float = 0.2, batch_size: int = 2000
+        self,
+        after_seq: int = 0,
+        poll_s: float = 0.2,
+        batch_size: int = 2000,
+        tags: Collection[str] | None = None,
     ) -> AsyncIterator[Recorded]:
-        """Like read_all, but waits for new events forever (until cancelled)."""
+        """Like read_all, but waits for new events forever (until cancelled).
+
+        Each round reads up to the head it saw first, then waits past that head: with a
+        ``tags`` filter the last event yielded may lie far behind the head, and waiting on
+        it would wake at once, forever.
+        """
         position = after_seq
         while True:
-            async for recorded in self.read_all(position, batch_size):
-                position = recorded.seq
+            head = await self.last_seq()
+            async for recorded in self.read_all(position, batch_size, tags):
+                if recorded.seq > head:
+                    break
                 yield recorded
+            position = max(position, head)
             await self.wait_for_new(position, poll_s)
 
     @abc.abstractmethod

@@ -7,12 +7,12 @@ before accepting it, so both backends hand back the same thing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 from arenad.clock import Clock, system_clock
 from arenad.errors import ConcurrencyError, StoreError
 from arenad.store.base import AppendRequest, EventStore
+from arenad.waiting import wait_for_event
 from events.base import Recorded
 from events.codec import decode_event, encode_event, event_tag, event_version
 
@@ -75,12 +75,15 @@ class InMemoryEventStore(EventStore):
     async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
         return list(self._by_stream.get(stream, [])[max(after_version, 0) :])
 
-    async def read_all(self, after_seq: int = 0, batch_size: int = 2000) -> AsyncIterator[Recorded]:
+    async def read_all(
+        self, after_seq: int = 0, batch_size: int = 2000, tags: Collection[str] | None = None
+    ) -> AsyncIterator[Recorded]:
         position = max(after_seq, 0)
         while position < len(self._log):
             batch = self._log[position : position + batch_size]
             for recorded in batch:
-                yield recorded
+                if tags is None or recorded.tag in tags:
+                    yield recorded
             position += len(batch)
 
     async def stream_version(self, stream: str) -> int:
@@ -95,8 +98,7 @@ class InMemoryEventStore(EventStore):
     async def wait_for_new(self, after_seq: int, timeout_s: float) -> None:
         if len(self._log) > after_seq:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._appended.wait(), timeout_s)
+        await wait_for_event(self._appended, timeout_s)
 
     async def close(self) -> None:
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
@@ -34,6 +34,7 @@ from arenad.store.chain import (
     row_hash_parts,
 )
 from arenad.store.migrations import Migration, apply_migrations
+from arenad.waiting import wait_for_event
 from events.base import Event, Recorded
 from events.codec import (
     UnknownEventError,
@@ -346,14 +347,22 @@ class SqliteEventStore(EventStore):
         return _decode_rows(rows)
 
     async def read_all(
-        self, after_seq: int = 0, batch_size: int = READ_BATCH
+        self,
+        after_seq: int = 0,
+        batch_size: int = READ_BATCH,
+        tags: Collection[str] | None = None,
     ) -> AsyncIterator[Recorded]:
         # Keyset pagination: bounded memory and no read transaction held across
         # batches, so a long replay never blocks checkpoints.
         position = after_seq
+        wanted = sorted(tags) if tags is not None else None
+        where = "seq > ?"
+        if wanted is not None:
+            where += f" AND tag IN ({','.join('?' * len(wanted))})"
         while True:
+            params = (position, *(wanted or ()), batch_size)
             rows = await self._reader.execute_fetchall(
-                f"{_SELECT} WHERE seq > ? ORDER BY seq LIMIT ?", (position, batch_size)
+                f"{_SELECT} WHERE {where} ORDER BY seq LIMIT ?", params
             )
             batch = _decode_rows(rows)
             del rows
@@ -404,8 +413,7 @@ class SqliteEventStore(EventStore):
         # seen by the poll (a cheap indexed read of the head row).
         if await self.last_seq() > after_seq:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._appended.wait(), timeout_s)
+        await wait_for_event(self._appended, timeout_s)
 
     # -- maintenance -------------------------------------------------------------
 

@@ -125,6 +125,16 @@ class EventStoreContract(abc.ABC):
         got = await collect(store.read_all(after_seq=4, batch_size=batch_size))
         assert [r.seq for r in got] == list(range(5, 11))
 
+    @pytest.mark.parametrize("batch_size", [1, 2, 1000])
+    async def test_read_all_filters_by_tag(self, store: EventStore, batch_size: int) -> None:
+        for i in range(6):
+            events = [CellPaused()] if i % 3 == 0 else lines(i, i + 1)
+            await store.append(f"s/{i}", None, events)
+        paused = await collect(store.read_all(0, batch_size, tags={"cell.paused"}))
+        assert [r.seq for r in paused] == [1, 4]
+        assert await collect(store.read_all(4, batch_size, tags={"cell.paused"})) == []
+        assert await collect(store.read_all(0, batch_size, tags=set())) == []
+
     async def test_stale_expected_version_is_a_concurrency_error(self, store: EventStore) -> None:
         await store.append("s/a", 0, lines(0, 2))
         with pytest.raises(ConcurrencyError) as caught:
@@ -244,6 +254,28 @@ class EventStoreContract(abc.ABC):
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert [r.seq for r in seen] == [2, 3, 4, 5]
+
+    async def test_follow_with_tags_yields_only_those(self, store: EventStore) -> None:
+        await store.append("s/a", 0, [CellPaused(), *lines(0, 3)])
+        seen: list[Recorded] = []
+        got = asyncio.Event()
+
+        async def consume() -> None:
+            async for r in store.follow(0, poll_s=0.05, tags={"cell.paused"}):
+                seen.append(r)
+                if len(seen) == 2:
+                    got.set()
+
+        task = asyncio.create_task(consume())
+        try:
+            await asyncio.sleep(0)  # the follower starts (a yield, not a wait)
+            await store.append("s/b", 0, [*lines(3, 5), CellPaused()])
+            await asyncio.wait_for(got.wait(), 10)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert [r.seq for r in seen] == [1, 7]
 
     async def test_wait_for_new_returns_at_once_when_behind(self, store: EventStore) -> None:
         await store.append("s/a", 0, lines(0, 1))
