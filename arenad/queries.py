@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
@@ -47,14 +48,24 @@ async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None
     return decode_state(rows[0][0]) if rows else None
 
 
+# Literal, not bound parameters: SQLite uses the partial index cells_runnable
+# (migrations/0003) only when the query repeats its WHERE clause term for term.
+RUNNABLE_WHERE = "state NOT IN ('failed', 'recovered') AND paused = 0"
+
+
 async def runnable_cells(
-    db: aiosqlite.Connection, terminal_states: list[str]
+    db: aiosqlite.Connection, *, exclude: Sequence[str] = (), limit: int | None = None
 ) -> list[tuple[str, str]]:
-    """(cell_id, campaign) of cells a daemon could move on, oldest first."""
-    marks = ",".join("?" * len(terminal_states))
-    rows = await db.execute_fetchall(
-        f"SELECT cell_id, campaign FROM cells WHERE state NOT IN ({marks}) AND paused = 0"
-        " ORDER BY submitted_at_ms, cell_id",
-        terminal_states,
-    )
+    """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
+    oldest first, but those in ``exclude`` (already running), at most ``limit``."""
+    sql = f"SELECT cell_id, campaign FROM cells WHERE {RUNNABLE_WHERE}"
+    params: list[object] = []
+    if exclude:
+        sql += f" AND cell_id NOT IN ({','.join('?' * len(exclude))})"
+        params += list(exclude)
+    sql += " ORDER BY submitted_at_ms, cell_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = await db.execute_fetchall(sql, params)
     return [(str(c), str(k)) for c, k in rows]

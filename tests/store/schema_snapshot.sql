@@ -60,6 +60,10 @@ CREATE INDEX cells_by_identity ON cells (campaign, instance_id, arm, rep);
 -- index cells_by_state
 CREATE INDEX cells_by_state ON cells (state);
 
+-- index cells_runnable
+CREATE INDEX cells_runnable ON cells (submitted_at_ms, cell_id)
+WHERE state NOT IN ('failed', 'recovered') AND paused = 0;
+
 -- trigger events_are_append_only_delete
 CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
 BEGIN
