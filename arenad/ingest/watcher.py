@@ -41,7 +41,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from arenad.ingest.offsets import (
     FileKey,
@@ -322,7 +322,11 @@ class RunDirWatcher:
         inotify: bool = True,
         busy_rate: float = DEFAULT_BUSY_RATE,
         busy_interval: float = DEFAULT_BUSY_INTERVAL,
+        observer: BaseObserver | None = None,
     ) -> None:
+        """``observer``: a started watchdog observer shared with other watchers (a daemon
+        watching many runs); this watcher schedules its roots on it and unschedules them
+        on close. Without one it starts (and stops) an observer of its own."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate source names: {names}")
@@ -348,6 +352,8 @@ class RunDirWatcher:
         self._order: list[FileTailer] = []
         self._rr = 0
         self._observer: BaseObserver | None = None
+        self._shared_observer = observer
+        self._watches: list[ObservedWatch] = []
         self._handler = _Waker(self._notify_threadsafe)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -384,7 +390,9 @@ class RunDirWatcher:
         if self._task is not None or self._closing:
             raise RuntimeError("watcher already started")
         self._loop = asyncio.get_running_loop()
-        if self._use_inotify:
+        if self._use_inotify and self._shared_observer is not None:
+            self._observer = self._shared_observer
+        elif self._use_inotify:
             try:
                 observer = Observer()
                 observer.start()
@@ -514,9 +522,7 @@ class RunDirWatcher:
         self._busy = busy
         if busy:
             self.stats.busy_periods += 1
-            observer = self._observer
-            if observer is not None:
-                await asyncio.to_thread(observer.unschedule_all)
+            await self._unschedule_own()
             for root in self._roots:
                 root.watched = False
         else:
@@ -600,26 +606,45 @@ class RunDirWatcher:
         if observer is None or root.path is None:
             return True
         try:
-            await asyncio.to_thread(
+            watch = await asyncio.to_thread(
                 observer.schedule,
                 self._handler,
                 str(root.path),
                 recursive=root.source.selection.recursive,
                 event_filter=_WATCHED_EVENTS,
             )
+            self._watches.append(watch)
         except OSError as exc:  # gone again, or out of watches: rescans still work
             log.warning("cannot watch %s, relying on rescans: %s", root.path, exc)
         return True
 
+    async def _unschedule_own(self) -> None:
+        """Drop this watcher's watches (only its own: the observer may be shared)."""
+        observer = self._observer
+        watches, self._watches = self._watches, []
+        # Two roots of one watcher may be one directory (one watch): unschedule it once.
+        unique = list({id(w): w for w in watches}.values())
+        if observer is None or not unique:
+            return
+
+        def unschedule() -> None:
+            for watch in unique:
+                with contextlib.suppress(KeyError):
+                    observer.unschedule(watch)
+
+        await asyncio.to_thread(unschedule)
+
     async def _stop_observer(self) -> None:
+        await self._unschedule_own()
         observer, self._observer = self._observer, None
-        if observer is not None:
+        if observer is None or observer is self._shared_observer:
+            return
 
-            def stop() -> None:
-                observer.stop()
-                observer.join(timeout=10)
+        def stop() -> None:
+            observer.stop()
+            observer.join(timeout=10)
 
-            await asyncio.to_thread(stop)
+        await asyncio.to_thread(stop)
 
     async def _final_drain(self) -> None:
         await self._rescan()

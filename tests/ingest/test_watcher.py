@@ -376,3 +376,41 @@ async def test_busy_mode_polls_then_watches_again(tmp_path: Path) -> None:
     assert (
         rebuild(sink.events, "workers/w0.ndjson") == (tmp_path / "workers/w0.ndjson").read_bytes()
     )
+
+
+async def test_watchers_sharing_an_observer_keep_their_own_watches(tmp_path: Path) -> None:
+    # A daemon shares one observer between every run it follows: closing one watcher must
+    # leave the others' inotify watches in place. A long rescan interval means only
+    # inotify can deliver the second watcher's lines in time.
+    from watchdog.observers import Observer
+
+    observer = Observer()
+    observer.start()
+    try:
+        a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+        a_dir.mkdir()
+        b_dir.mkdir()
+        a_sink, b_sink = Recorder(), Recorder()
+        a = RunDirWatcher([file_source("stdout", a_dir / "out.jsonl")], a_sink, observer=observer)
+        b = RunDirWatcher(
+            [file_source("stdout", b_dir / "out.jsonl"), file_source("brain", b_dir / "x.jsonl")],
+            b_sink,
+            observer=observer,
+            rescan_interval=3600,
+        )
+        await a.start()
+        await b.start()
+        append(a_dir / "out.jsonl", _line("a", 1))
+        append(b_dir / "out.jsonl", _line("b", 1))
+        await until(
+            lambda: len(a_sink.lines("out.jsonl")) == 1 and len(b_sink.lines("out.jsonl")) == 1
+        )
+        await a.close()
+        assert observer.is_alive()
+        append(b_dir / "out.jsonl", _line("b", 2))
+        await until(lambda: len(b_sink.lines("out.jsonl")) == 2, timeout=5, what="inotify")
+        await b.close()
+        assert observer.is_alive() and not observer.emitters
+    finally:
+        observer.stop()
+        observer.join(timeout=10)
