@@ -376,7 +376,7 @@ class RunHandle:
         self.pid: int = proc.pid
         # start_new_session: the child is its own session and group leader.
         self.pgid: int = proc.pid
-        self.start_ticks: int | None = read_start_ticks(proc.pid)
+        self._start_ticks: int | None = None
         self.started_at_ms = started_at_ms
         self.timeout_s = timeout_s
         self.kill_grace_s = kill_grace_s
@@ -400,6 +400,14 @@ class RunHandle:
         self._progress = 0
         self._callback_exc: BaseException | None = None
         self._task = asyncio.ensure_future(self._supervise())
+
+    @property
+    def start_ticks(self) -> int | None:
+        """The child's start time (/proc), read on first use: most runs (git, verify)
+        never need it, and reading /proc costs more than the rest of a short run."""
+        if self._start_ticks is None:
+            self._start_ticks = read_start_ticks(self.pid)
+        return self._start_ticks
 
     @property
     def done(self) -> bool:

@@ -34,13 +34,10 @@ The environment the wrapper gets is the agent's environment, passed through unto
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import sys
 import time
-from typing import Any
 
 # Tags and fields of the log this wrapper reads (events.cell.RunStarted); kept literal so the
 # wrapper imports nothing but the standard library.
@@ -78,11 +75,31 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return parsed, command
 
 
-def _write_exit_record(path: str, record: dict[str, Any]) -> None:
+def _json(record: dict[str, object]) -> str:
+    # Hand-made on the common path: importing json (and re with it) would double the
+    # wrapper's start-up time, paid once per agent run. Values are ints, bools, None.
+    if "error" in record:
+        import json
+
+        return json.dumps(record, sort_keys=True)
+    items = ", ".join(f'"{k}": {_scalar(v)}' for k, v in sorted(record.items()))
+    return "{" + items + "}"
+
+
+def _scalar(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    assert isinstance(value, int)
+    return str(value)
+
+
+def _write_exit_record(path: str, record: dict[str, object]) -> None:
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        os.write(fd, (_json(record) + "\n").encode())
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -91,7 +108,10 @@ def _write_exit_record(path: str, record: dict[str, Any]) -> None:
 
 def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     """Whether the log holds a RunStarted for this wrapper's pid and attempt."""
-    import sqlite3  # only on this rare path: the daemon died before releasing us
+    # Only on this rare path (the daemon died before releasing us): imported here.
+    import contextlib
+    import json
+    import sqlite3
 
     # Not mode=ro: a WAL database whose last connection closed has no -shm file, and a
     # read-only connection cannot create it. This connection only reads.
@@ -184,17 +204,20 @@ def main(argv: list[str]) -> int:
         )
         return 127
     _, status = os.waitpid(pid, 0)
-    record: dict[str, Any] = {
-        **me,
-        "started": True,
-        "pid": pid,
-        "exit_status": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "term_signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "ended_at_ms": time.time_ns() // 1_000_000,
-    }
-    _write_exit_record(exit_file, record)
-    code = record["exit_status"]
-    return int(code) if code is not None else 128 + int(record["term_signal"])
+    exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    _write_exit_record(
+        exit_file,
+        {
+            **me,
+            "started": True,
+            "pid": pid,
+            "exit_status": exit_status,
+            "term_signal": term_signal,
+            "ended_at_ms": time.time_ns() // 1_000_000,
+        },
+    )
+    return exit_status if exit_status is not None else 128 + (term_signal or 0)
 
 
 if __name__ == "__main__":

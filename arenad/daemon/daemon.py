@@ -15,12 +15,14 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 
 import msgspec
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from arenad import __version__, queries
-from arenad.cell.machine import TERMINAL
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock
 from arenad.daemon.runner import CellRunner, RunnerConfig
@@ -30,6 +32,7 @@ from arenad.home import Home, open_store
 from arenad.lease import DaemonLease
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
 from arenad.store.sqlite import SqliteEventStore
+from arenad.waiting import wait_for_event
 from events import cell as ev
 from events.base import Recorded
 from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged
@@ -38,6 +41,18 @@ log = logging.getLogger("arenad.daemon")
 
 # After a second stop request, how long steps in flight get before they are cancelled.
 _FORCE_GRACE_S = 5.0
+# The events that can change what the scheduler should do (the control follower's filter).
+_SCHEDULE_TAGS = frozenset(
+    {
+        "campaign.submitted",
+        "control.max-parallel",
+        "cell.submitted",
+        "cell.retried",
+        "cell.abort-requested",
+        "cell.paused",
+        "cell.resumed",
+    }
+)
 
 DAEMON_STREAM = "daemon"
 CONTROL_STREAM = "control"
@@ -94,6 +109,8 @@ class Daemon:
         self.signals = 0
         self.stop_reason = "idle"
         self.fatal: BaseException | None = None
+        # One watchdog observer (one inotify instance and thread) for every run followed.
+        self.observer: BaseObserver | None = None
 
     # -- control -----------------------------------------------------------------
 
@@ -131,7 +148,9 @@ class Daemon:
             task.cancel()
 
     async def _follow_control(self, after_seq: int) -> None:
-        async for r in self.store.follow(after_seq, poll_s=0.2):
+        # Only what can change the schedule: the log's bulk (ingested lines, captures) is
+        # not even read, let alone decoded.
+        async for r in self.store.follow(after_seq, poll_s=0.2, tags=_SCHEDULE_TAGS):
             self._on_event(r)
 
     def _on_event(self, r: Recorded) -> None:
@@ -146,6 +165,7 @@ class Daemon:
                 runner.request_abort(e.reason)
             elif isinstance(e, ev.CellPaused) and runner is not None:
                 log.info("%s paused; the step in flight finishes first", cell_id)
+                runner.request_pause()
         elif isinstance(e, CampaignSubmitted) and e.max_parallel:
             self.campaign_limits[e.name] = e.max_parallel
         self.wake.set()
@@ -153,11 +173,16 @@ class Daemon:
     # -- scheduling --------------------------------------------------------------
 
     async def _runnable(self) -> list[tuple[str, str]]:
-        rows = await queries.runnable_cells(self.store.connection, sorted(TERMINAL))
-        return [(cid, campaign) for cid, campaign in rows if cid not in self.tasks]
+        # A bounded look ahead (campaign limits may skip some rows): the scheduler runs on
+        # every freed slot, and reading every pending row each time would make a campaign
+        # of n cells cost n² row reads.
+        free = max(self.max_parallel - len(self.tasks), 0)
+        return await queries.runnable_cells(
+            self.store.connection, exclude=list(self.tasks), limit=4 * free + 16
+        )
 
     def _start(self, cell_id: str) -> None:
-        runner = CellRunner(self.store, self.config, cell_id, self.clock)
+        runner = CellRunner(self.store, self.config, cell_id, self.clock, self.observer)
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task
@@ -215,6 +240,7 @@ class Daemon:
                 )
             ],
         )
+        self.observer = await asyncio.to_thread(_start_observer)
         follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
         proposer_stop = asyncio.Event()
         paths = ProposerPaths.for_home(
@@ -242,8 +268,7 @@ class Daemon:
                     self._start(cell_id)
                 if self.options.until_idle and not self.tasks and not runnable:
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout=1.0)
+                await wait_for_event(self.wake, 1.0)
         finally:
             await self._drain()
             follower.cancel()
@@ -255,6 +280,8 @@ class Daemon:
                 proposer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await proposer
+            if self.observer is not None:
+                await asyncio.to_thread(_stop_observer, self.observer)
             if self.fatal is None:
                 await self.store.append(
                     DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
@@ -288,10 +315,46 @@ class Daemon:
             await asyncio.wait(pending, timeout=5)
 
 
+def _start_observer() -> BaseObserver | None:
+    try:
+        observer = Observer()
+        observer.start()
+    except OSError as exc:  # e.g. out of inotify instances: ingestion falls back to rescans
+        log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
+        return None
+    return observer
+
+
+def _stop_observer(observer: BaseObserver) -> None:
+    observer.stop()
+    observer.join(timeout=10)
+
+
 def install_signal_handlers(daemon: Daemon) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.stop, signal.Signals(sig).name)
+
+
+@contextlib.contextmanager
+def pidfd_child_watcher() -> Iterator[None]:
+    """Watch children through pidfds, not a thread per child (Python 3.11's default).
+
+    The daemon starts a handful of short processes per cell (git, verify, the run
+    wrapper); a thread per child was a large part of its CPU. Python 3.12+ does this by
+    itself. On the way out the default watcher comes back (lazily), so a later event loop
+    in the same process is not left with a watcher bound to this closed one.
+    """
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        yield
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
+    try:
+        yield
+    finally:
+        asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None restores the default
 
 
 async def run_daemon(
@@ -301,9 +364,10 @@ async def run_daemon(
     lease = DaemonLease(home.lock_path)
     lease.acquire()
     try:
-        async with open_store(home, faults=faults) as store:
-            daemon = Daemon(store, home, options, base_env or dict(os.environ))
-            install_signal_handlers(daemon)
-            return await daemon.run()
+        with pidfd_child_watcher():
+            async with open_store(home, faults=faults) as store:
+                daemon = Daemon(store, home, options, base_env or dict(os.environ))
+                install_signal_handlers(daemon)
+                return await daemon.run()
     finally:
         lease.release()

@@ -16,7 +16,6 @@ not happen (a running agent is the exception, and it is adopted, not redone).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
+from watchdog.observers.api import BaseObserver
 
 from arenad import proc
 from arenad.arms import supervisor_figures as figures
@@ -46,6 +46,7 @@ from arenad.materialize import MaterializeError, materialize
 from arenad.patch import extract_patch
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
+from arenad.waiting import wait_for_event
 from events import cell as ev
 from events.base import Event
 from events.specs import SupervisorArm
@@ -71,17 +72,22 @@ class CellRunner:
         config: RunnerConfig,
         cell_id: str,
         clock: Clock,
+        observer: BaseObserver | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
+        # The daemon's watchdog observer, shared by every run it follows.
+        self.observer = observer
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
         self.run_in_flight: DetachedRun | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
+        # Set when the operator paused the cell: the step in flight finishes, no next one.
+        self.pause_requested = False
         self._materialized_here = False
         self._wake = asyncio.Event()
 
@@ -103,16 +109,29 @@ class CellRunner:
             if force:
                 run.kill_now()
 
+    def request_pause(self) -> None:
+        self.pause_requested = True
+        self._wake.set()
+
     async def drive(self) -> None:
-        """Run steps until the cell is terminal, paused, or another writer moved it."""
+        """Run steps until the cell is terminal, paused, or another writer moved it.
+
+        The cell's state is read from the log once; after that each step's own append
+        gives the next state (the writer folds what it wrote). What others write arrives
+        as requests from the daemon's control follower (abort, pause), or as a lost race
+        that makes the writer re-read.
+        """
         try:
-            while True:
-                state = await self.writer.load()
-                if state.terminal or state.paused or self.shutdown:
-                    return
+            state = await self.writer.load()
+            while not (state.terminal or state.paused or self.shutdown or self.pause_requested):
                 if state.abort_requested and not self.abort.is_set():
                     self.request_abort(state.abort_reason or "operator request")
                 await self.step(state)
+                after = self.writer.state
+                # A step that recorded nothing (a backoff cut short) re-reads the log.
+                state = (
+                    after if after is not None and after is not state else await self.writer.load()
+                )
         except CellMovedOn as exc:
             log.info("%s: %s", self.cell_id, exc)
 
@@ -158,8 +177,7 @@ class CellRunner:
             if wait_s <= 0:
                 return True
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(wait_s, 60.0))
+            await wait_for_event(self._wake, min(wait_s, 60.0))
         return False
 
     # -- steps -------------------------------------------------------------------
@@ -376,7 +394,7 @@ class CellRunner:
         if positions.closed:
             return None
         sources = arm_for(ctx.spec.arm).watch_sources(ctx)
-        watcher = RunDirWatcher(sources, sink.append, positions=positions)
+        watcher = RunDirWatcher(sources, sink.append, positions=positions, observer=self.observer)
         await watcher.start()
         return watcher
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from arenad.materialize.workspace import (
     GIT_TIMEOUT_S,
+    WORK_BRANCH,
     MaterializeResult,
-    checkout_work_branch,
     git_step,
+    head_and_clean,
     prepare_dest,
 )
 from arenad.proc import CommandError, run_ok
@@ -37,8 +38,7 @@ async def materialize_git(
 ) -> MaterializeResult:
     """Clone ``source`` into ``dest`` (replacing it) and check out ``hh-work`` at ``base``.
 
-    Raises MaterializeError with stage clone-fail, reset-fail (base absent), branch-fail,
-    checkout-fail or status-fail.
+    Raises MaterializeError with stage clone-fail, reset-fail (base absent) or status-fail.
     """
     prepare_dest(dest)
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
@@ -49,16 +49,19 @@ async def materialize_git(
         timeout_s=timeout_s,
         env=env,
     )
-    # A commit no branch reaches is not cloned; ask the remote for it (servers that allow
-    # fetching by id give it; otherwise the reset below fails with reset-fail).
+    # The work branch at base, checked out, in one step: a fresh --no-checkout clone has
+    # nothing to reset or clean (the image materializer's steps do that for a testbed).
+    w = os.fspath(dest)
+    checkout = ["-C", w, "checkout", "-q", "-B", WORK_BRANCH, base]
     try:
-        await run_ok([git, "-C", os.fspath(dest), "cat-file", "-e", f"{base}^{{commit}}"], 30)
+        await run_ok([git, *checkout], timeout_s, env=env)
     except CommandError:
+        # A commit no branch reaches is not cloned; ask the remote for it (servers that
+        # allow fetching by id give it; otherwise the checkout fails again: reset-fail).
         with contextlib.suppress(CommandError):
-            await run_ok(
-                [git, "-C", os.fspath(dest), "fetch", "-q", "origin", base], timeout_s, env=env
-            )
-    head, clean = await checkout_work_branch(dest, base, git=git, timeout_s=timeout_s)
+            await run_ok([git, "-C", w, "fetch", "-q", "origin", base], timeout_s, env=env)
+        await git_step("reset-fail", checkout, git=git, timeout_s=timeout_s, env=env)
+    head, clean = await head_and_clean(dest, git=git, timeout_s=timeout_s)
     return MaterializeResult(
         workspace=os.fspath(dest), head=head, clean=clean, materializer="git", detail=source
     )

@@ -104,10 +104,27 @@ async def checkout_work_branch(
     await git_step(
         "checkout-fail", ["-C", w, "checkout", "-q", WORK_BRANCH], git=git, timeout_s=timeout_s
     )
-    head = await git_step(
-        "status-fail", ["-C", w, "rev-parse", "HEAD"], git=git, timeout_s=timeout_s
-    )
+    return await head_and_clean(ws, git=git, timeout_s=timeout_s)
+
+
+async def head_and_clean(
+    ws: Path, *, git: str = "git", timeout_s: float = GIT_TIMEOUT_S
+) -> tuple[str, bool]:
+    """HEAD's commit, and whether `git status --porcelain` would print nothing — one git
+    process (porcelain v2 names the commit in its ``# branch.oid`` header)."""
     status = await git_step(
-        "status-fail", ["-C", w, "status", "--porcelain"], git=git, timeout_s=timeout_s
+        "status-fail",
+        ["-C", os.fspath(ws), "status", "--porcelain=v2", "--branch"],
+        git=git,
+        timeout_s=timeout_s,
     )
-    return head.stdout_text.strip(), status.stdout.strip() == b""
+    head = ""
+    clean = True
+    for line in status.stdout_text.splitlines():
+        if line.startswith("# branch.oid "):
+            head = line.removeprefix("# branch.oid ").strip()
+        elif line and not line.startswith("#"):
+            clean = False
+    if not head or head == "(initial)":
+        raise MaterializeError("status-fail", f"{ws} has no HEAD commit")
+    return head, clean
