@@ -396,8 +396,9 @@ async def replay_arenad(path: Path, fold: Fold) -> None:
     store = await SqliteEventStore.open(path, migrate=False)
     try:
         feed = fold.feed
-        async for r in store.read_all(0):
-            feed(r.stream, r.event, r.recorded_at_ms)
+        async for batch in store.read_batches(0):
+            for r in batch:
+                feed(r.stream, r.event, r.recorded_at_ms)
     finally:
         await store.close()
 

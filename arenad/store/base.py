@@ -43,6 +43,19 @@ class EventStore(abc.ABC):
         """Every event after ``after_seq`` in order (only those tagged one of ``tags`` when
         given), fetched in bounded batches."""
 
+    async def read_batches(
+        self, after_seq: int = 0, batch_size: int = 2000, tags: Collection[str] | None = None
+    ) -> AsyncIterator[list[Recorded]]:
+        """read_all a batch at a time: what a replay iterates (one step per batch)."""
+        batch: list[Recorded] = []
+        async for recorded in self.read_all(after_seq, batch_size, tags):
+            batch.append(recorded)
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
     async def read_streams(self, streams: Sequence[str]) -> list[Recorded]:
         """Several streams' events in global order."""
         out: list[Recorded] = []

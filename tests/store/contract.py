@@ -125,6 +125,16 @@ class EventStoreContract(abc.ABC):
         got = await collect(store.read_all(after_seq=4, batch_size=batch_size))
         assert [r.seq for r in got] == list(range(5, 11))
 
+    @pytest.mark.parametrize("batch_size", [1, 3, 10, 1000])
+    async def test_read_batches_are_read_all_in_bounded_lists(
+        self, store: EventStore, batch_size: int
+    ) -> None:
+        for i in range(10):
+            await store.append(f"s/{i % 3}", None, lines(i, i + 1))
+        batches = [b async for b in store.read_batches(2, batch_size)]
+        assert all(0 < len(b) <= batch_size for b in batches)
+        assert [r.seq for b in batches for r in b] == list(range(3, 11))
+
     @pytest.mark.parametrize("batch_size", [1, 2, 1000])
     async def test_read_all_filters_by_tag(self, store: EventStore, batch_size: int) -> None:
         for i in range(6):
