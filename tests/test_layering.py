@@ -187,13 +187,7 @@ LEDGER_IO_EDGE = "arenad.ledger.service"
 LEDGER_MODULES = [m for m in ALL_MODULES if m.startswith("arenad.ledger.")]
 # Known violations, reported rather than allowed: each entry must really violate the rule
 # (strict xfail), so it is removed the day the module is fixed.
-LEDGER_KNOWN_IMPURE = {
-    "arenad.ledger.rollout": (
-        "write_ledger_atomically (os, stat, tempfile, pathlib) lives beside the pure line"
-        " validator and rollout_id, so project.py imports a filesystem writer; it belongs in"
-        " the I/O edge (service.py)"
-    ),
-}
+LEDGER_KNOWN_IMPURE: dict[str, str] = {}
 
 
 def ledger_params() -> list[object]:

@@ -6,8 +6,7 @@ role, task, policy, messages, tool_defs, steps?, outcome, cost, artifacts, prove
 ledgers are compared byte for byte, and ``serialize_rollout_line`` writes keys in
 insertion order exactly as JS ``JSON.stringify`` would.
 
-Everything here is pure except ``write_ledger_atomically``, the one small writer the
-CLI edge calls.
+Everything here is pure; the ledger file is written by ``arenad.ledger.service``.
 
 Validation mirrors agent-eval's ``validateRolloutLine`` (one ``<dotted.path>: <what>``
 message per defect; unknown keys are never rejected). A key that is absent is JS
@@ -32,14 +31,9 @@ strict mode) enforces all four.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import stat
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from arenad.errors import ArenadError
@@ -67,7 +61,6 @@ __all__ = [
     "serialize_ledger",
     "serialize_rollout_line",
     "validate_rollout_line",
-    "write_ledger_atomically",
 ]
 
 ROLLOUT_SCHEMA: Final = "tangle.rollout.v1"
@@ -701,49 +694,3 @@ def rollout_id(*stable_keys: str | int | None) -> str:
         if isinstance(key, bool) or not isinstance(key, str | int | type(None)):
             raise TypeError(f"rollout_id keys are str, int or None, not {type(key).__name__}")
     return str(uuid.uuid5(ROLLOUT_ID_NAMESPACE, js_stringify(list(stable_keys))))
-
-
-def write_ledger_atomically(
-    path: str | os.PathLike[str], lines: Iterable[Mapping[str, Any]], *, validate: bool = True
-) -> int:
-    """Replace the ledger at ``path`` with ``lines``; return how many were written.
-
-    Each line is validated (``assert_rollout_line``; ``validate=False`` for a producer
-    that already validated every line, naming its source) and streamed to a temporary file in
-    the same directory (created if missing), which is fsynced and renamed over ``path``;
-    the directory is fsynced too. The file keeps the mode of the ledger it replaces
-    (0644 for a new one). On any error the temporary file is removed and an
-    existing ledger is left untouched. Framing is agent-eval's: one line per row, a
-    trailing newline when there is at least one row, an empty file for none.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            # mkstemp makes the file 0600; a ledger keeps the mode it had, else 0644.
-            try:
-                mode = stat.S_IMODE(target.stat().st_mode)
-            except FileNotFoundError:
-                mode = 0o644
-            os.fchmod(out.fileno(), mode)
-            for line in lines:
-                if validate:
-                    assert_rollout_line(line, f"rollout line [{count}]")
-                out.write(serialize_rollout_line(line))
-                out.write("\n")
-                count += 1
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return count

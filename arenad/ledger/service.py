@@ -4,8 +4,12 @@ projection (``arenad.ledger.project``), write the ledger atomically; record a ve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Coroutine, Iterator, Sequence
+import os
+import stat
+import tempfile
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +25,7 @@ from arenad.ledger.proposer import (
     captured_transcript,
     project_shot,
 )
-from arenad.ledger.rollout import write_ledger_atomically
+from arenad.ledger.rollout import assert_rollout_line, serialize_rollout_line
 from arenad.proposer.layout import SHOT_PREFIX, TRANSCRIPT_PREFIX, claude_project_slug
 from arenad.store.base import EventStore
 from events.base import Recorded
@@ -29,7 +33,13 @@ from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
 from events.codec import event_tag_of_type
 
-__all__ = ["default_run_id", "project_ledger", "project_store", "record_verdict"]
+__all__ = [
+    "default_run_id",
+    "project_ledger",
+    "project_store",
+    "record_verdict",
+    "write_ledger_atomically",
+]
 
 CELL_PREFIX = "cell/"
 
@@ -152,3 +162,49 @@ async def record_verdict(home: Home, cell_id: str, path: Path) -> JudgeVerdictRe
         event = parse_verdict(text, attempt=state.attempt, source="operator")
         await writer.append([event])
         return event
+
+
+def write_ledger_atomically(
+    path: str | os.PathLike[str], lines: Iterable[Mapping[str, Any]], *, validate: bool = True
+) -> int:
+    """Replace the ledger at ``path`` with ``lines``; return how many were written.
+
+    Each line is validated (``assert_rollout_line``; ``validate=False`` for a producer
+    that already validated every line, naming its source) and streamed to a temporary file in
+    the same directory (created if missing), which is fsynced and renamed over ``path``;
+    the directory is fsynced too. The file keeps the mode of the ledger it replaces
+    (0644 for a new one). On any error the temporary file is removed and an
+    existing ledger is left untouched. Framing is agent-eval's: one line per row, a
+    trailing newline when there is at least one row, an empty file for none.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            # mkstemp makes the file 0600; a ledger keeps the mode it had, else 0644.
+            try:
+                mode = stat.S_IMODE(target.stat().st_mode)
+            except FileNotFoundError:
+                mode = 0o644
+            os.fchmod(out.fileno(), mode)
+            for line in lines:
+                if validate:
+                    assert_rollout_line(line, f"rollout line [{count}]")
+                out.write(serialize_rollout_line(line))
+                out.write("\n")
+                count += 1
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return count

@@ -27,8 +27,8 @@ from arenad.ledger.rollout import (
     serialize_ledger,
     serialize_rollout_line,
     validate_rollout_line,
-    write_ledger_atomically,
 )
+from arenad.ledger.service import write_ledger_atomically
 
 CAPTURED_AT = iso_ms(1787393472123)
 
