@@ -19,7 +19,6 @@ import sys
 from collections.abc import Iterator, Mapping
 
 import msgspec
-from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from arenad import __version__, queries
@@ -29,6 +28,7 @@ from arenad.daemon.runner import CellRunner, RunnerConfig
 from arenad.errors import ArenadError, StoreUnwritable
 from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
+from arenad.ingest.watcher import start_observer, stop_observer
 from arenad.lease import DaemonLease
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
 from arenad.store.sqlite import SqliteEventStore
@@ -240,7 +240,7 @@ class Daemon:
                 )
             ],
         )
-        self.observer = await asyncio.to_thread(_start_observer)
+        self.observer = await asyncio.to_thread(start_observer, "ingestion")
         follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
         proposer_stop = asyncio.Event()
         paths = ProposerPaths.for_home(
@@ -281,7 +281,7 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await proposer
             if self.observer is not None:
-                await asyncio.to_thread(_stop_observer, self.observer)
+                await asyncio.to_thread(stop_observer, self.observer)
             if self.fatal is None:
                 await self.store.append(
                     DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
@@ -313,21 +313,6 @@ class Daemon:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
-
-
-def _start_observer() -> BaseObserver | None:
-    try:
-        observer = Observer()
-        observer.start()
-    except OSError as exc:  # e.g. out of inotify instances: ingestion falls back to rescans
-        log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
-        return None
-    return observer
-
-
-def _stop_observer(observer: BaseObserver) -> None:
-    observer.stop()
-    observer.join(timeout=10)
 
 
 def install_signal_handlers(daemon: Daemon) -> None:

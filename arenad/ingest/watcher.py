@@ -267,6 +267,25 @@ def glob_escape(name: str) -> str:
 
 # -- the watcher -------------------------------------------------------------------
 
+
+def start_observer(purpose: str) -> BaseObserver | None:
+    """A started watchdog observer, or None when inotify is unavailable (out of inotify
+    instances, say): whoever watches then relies on its periodic rescans alone."""
+    try:
+        observer = Observer()
+        observer.start()
+    except OSError as exc:
+        log.warning("inotify unavailable, %s relies on rescans: %s", purpose, exc)
+        return None
+    return observer
+
+
+def stop_observer(observer: BaseObserver) -> None:
+    """Stop and join an observer (blocking: call it off the event loop)."""
+    observer.stop()
+    observer.join(timeout=10)
+
+
 _WATCHED_EVENTS: list[type[FileSystemEvent]] = [
     FileModifiedEvent,
     FileCreatedEvent,
@@ -393,13 +412,7 @@ class RunDirWatcher:
         if self._use_inotify and self._shared_observer is not None:
             self._observer = self._shared_observer
         elif self._use_inotify:
-            try:
-                observer = Observer()
-                observer.start()
-            except OSError as exc:  # e.g. out of inotify instances: rescans still work
-                log.warning("inotify unavailable, ingestion falls back to rescans: %s", exc)
-            else:
-                self._observer = observer
+            self._observer = start_observer("ingestion")
         self._task = asyncio.create_task(self._run(), name="arenad-ingest-watcher")
         self._task.add_done_callback(self._task_done)
 
@@ -639,12 +652,7 @@ class RunDirWatcher:
         observer, self._observer = self._observer, None
         if observer is None or observer is self._shared_observer:
             return
-
-        def stop() -> None:
-            observer.stop()
-            observer.join(timeout=10)
-
-        await asyncio.to_thread(stop)
+        await asyncio.to_thread(stop_observer, observer)
 
     async def _final_drain(self) -> None:
         await self._rescan()

@@ -53,10 +53,10 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from arenad.errors import ConcurrencyError
+from arenad.ingest.watcher import start_observer, stop_observer
 from arenad.proposer.layout import (
     SHOT_PREFIX,
     TRANSCRIPT_PREFIX,
@@ -560,13 +560,7 @@ class ProposerShotWatcher:
         self._loop = asyncio.get_running_loop()
         await self._capture.load()
         if self._use_inotify:
-            try:
-                observer = Observer()
-                observer.start()
-            except OSError as exc:  # e.g. out of inotify instances: rescans still work
-                log.warning("inotify unavailable, proposer capture relies on rescans: %s", exc)
-            else:
-                self._observer = observer
+            self._observer = start_observer("proposer capture")
         self._task = asyncio.create_task(self._run(), name="arenad-proposer-capture")
 
     async def close(self) -> CaptureCounts:
@@ -677,12 +671,7 @@ class ProposerShotWatcher:
     async def _stop_observer(self) -> None:
         observer, self._observer = self._observer, None
         if observer is not None:
-
-            def stop() -> None:
-                observer.stop()
-                observer.join(timeout=10)
-
-            await asyncio.to_thread(stop)
+            await asyncio.to_thread(stop_observer, observer)
 
 
 async def run_proposer_capture(
