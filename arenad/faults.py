@@ -8,6 +8,8 @@
 - ``crash-after``: it exits right after the COMMIT — all of it is written, nothing after.
 - ``full-after``: after the COMMIT the store's file stops growing (SQLite's
   ``max_page_count`` is pinned to its size), so the next appends fail as on a full disk.
+- ``readonly-after``: after the COMMIT the store refuses writes (``query_only``), so the
+  next appends fail as on a store remounted read-only.
 
 It is read once, at the edge (the daemon's start), and handed to the store; nothing else
 reads the environment. An unset variable arms nothing.
@@ -28,7 +30,7 @@ ENV_VAR = "ARENAD_FAULT"
 # The exit status of an injected crash (distinct from any status arenad exits with).
 CRASH_EXIT = 86
 
-Action = Literal["crash-before", "crash-after", "full-after"]
+Action = Literal["crash-before", "crash-after", "full-after", "readonly-after"]
 
 
 class FaultPlan(msgspec.Struct, kw_only=True):
@@ -47,13 +49,14 @@ class FaultPlan(msgspec.Struct, kw_only=True):
         if self.action == "crash-before" and self._hit(tags):
             _die(f"before committing {self.tag}")
 
-    def after_commit(self, tags: set[str]) -> bool:
-        """Crash now, or return True when the store must stop growing from now on."""
+    def after_commit(self, tags: set[str]) -> Action | None:
+        """Crash now, or return the action the store must take on itself from now on
+        (``full-after`` or ``readonly-after``); None when nothing fires."""
         if self.action == "crash-before" or not self._hit(tags):
-            return False
+            return None
         if self.action == "crash-after":
             _die(f"after committing {self.tag}")
-        return True
+        return self.action
 
 
 def _die(when: str) -> None:

@@ -32,7 +32,7 @@ def test_a_bad_spec_is_a_user_error(spec: str) -> None:
 def test_full_after_fires_on_the_nth_matching_commit_only() -> None:
     plan = parse_fault("full-after:ingest.line:2")
     plan.before_commit({"ingest.line"})  # not a crash-before plan: nothing happens
-    assert plan.after_commit({"cell.materialized"}) is False
-    assert plan.after_commit({"ingest.line"}) is False
-    assert plan.after_commit({"ingest.line", "run.started"}) is True
-    assert plan.after_commit({"ingest.line"}) is False
+    assert plan.after_commit({"cell.materialized"}) is None
+    assert plan.after_commit({"ingest.line"}) is None
+    assert plan.after_commit({"ingest.line", "run.started"}) == "full-after"
+    assert plan.after_commit({"ingest.line"}) is None

@@ -214,8 +214,8 @@ class SqliteEventStore(EventStore):
                 if faults is not None:
                     faults.before_commit(tags)
                 await self._db.execute("COMMIT")
-                if faults is not None and faults.after_commit(tags):
-                    await self._stop_growing()
+                if faults is not None:
+                    await self._inject(faults.after_commit(tags))
             except BaseException as exc:
                 await self._rollback()
                 if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
@@ -231,10 +231,14 @@ class SqliteEventStore(EventStore):
         by_request = iter(done)
         return [next(by_request) if r.events else [] for r in requests]
 
-    async def _stop_growing(self) -> None:
-        # An injected full disk: SQLite refuses to grow the file past its size now.
-        ((pages,),) = await self._db.execute_fetchall("PRAGMA page_count")
-        await self._db.execute(f"PRAGMA max_page_count = {int(pages)}")
+    async def _inject(self, action: str | None) -> None:
+        if action == "full-after":
+            # A full disk: SQLite refuses to grow the file past its size from now on.
+            ((pages,),) = await self._db.execute_fetchall("PRAGMA page_count")
+            await self._db.execute(f"PRAGMA max_page_count = {int(pages)}")
+        elif action == "readonly-after":
+            # A read-only store: every write is refused from now on.
+            await self._db.execute("PRAGMA query_only = ON")
 
     async def _rollback(self) -> None:
         # A failed COMMIT or a constraint error may have rolled back already.

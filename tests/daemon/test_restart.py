@@ -255,10 +255,13 @@ def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:
     assert len(aborted) == 1 and "hang" in aborted[0].reason  # type: ignore[attr-defined]
 
 
-def test_a_full_store_stops_the_daemon_cleanly_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["full-after", "readonly-after"])
+def test_an_unwritable_store_stops_the_daemon_cleanly_and_loses_nothing(
+    tmp_path: Path, fault: str
+) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, _agent(marker, lines=20, pause_s=0.1, rc=0))
-    env = {**os.environ, "ARENAD_FAULT": "full-after:run.started"}
+    env = {**os.environ, "ARENAD_FAULT": f"{fault}:run.started"}
     daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=60) == 1
     err = (tmp_path / "daemon.err").read_text()
