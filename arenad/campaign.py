@@ -9,7 +9,7 @@ Every error names the file and the key or row it is about.
     suite = "swe-bench-verified"      # default
     split = "search"                  # search | dev | holdout | canary
     reps = 2
-    max_parallel = 4
+    max_parallel = 4                  # optional cap for this campaign (else the daemon's)
     instances_file = "instances.jsonl"  # SWE-bench rows, or [[instances]] inline
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
     excludes = [...]                  # default: the seed's test-file list
@@ -138,7 +138,8 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     suite: str = "swe-bench-verified"
     split: Literal["search", "dev", "holdout", "canary"] = "search"
     reps: int = 1
-    max_parallel: int = 4
+    # This campaign's cap on cells at once; unset, only the daemon's --max-parallel applies.
+    max_parallel: int | None = None
     experiment_id: str | None = None
     instances: list[dict[str, Any]] = []
     instances_file: str | None = None
@@ -155,7 +156,7 @@ class Campaign(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     source_path: str
     spec_sha256: str
-    max_parallel: int
+    max_parallel: int | None
     cells: list[CellSpec]
 
 
@@ -392,7 +393,7 @@ def load_campaign(path: Path) -> Campaign:
     check_path_component(parsed.name, "campaign name", where)
     if parsed.reps < 1:
         raise CampaignError(f"{where}: reps must be at least 1")
-    if parsed.max_parallel < 1:
+    if parsed.max_parallel is not None and parsed.max_parallel < 1:
         raise CampaignError(f"{where}: max_parallel must be at least 1")
     if not parsed.arms:
         raise CampaignError(f"{where}: a campaign needs at least one [[arms]] entry")
