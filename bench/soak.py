@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.soak [--cells 2000] [--max-parallel 16] [--kill-every 1 4]
 
 Each cell is a command arm (a bash agent that appends its run dir to a marker file, then
-prints three JSON lines over 0.3 s). A real `arenad daemon` subprocess runs the campaign;
-every 1–4 s (uniform) it gets SIGKILL and a new daemon is started, until a daemon exits
-idle. Then the log is checked:
+prints three JSON lines over 1.5 s, so many runs are in flight when a daemon dies). A real
+`arenad daemon` subprocess runs the campaign; every 1–4 s (uniform) it gets SIGKILL and a
+new daemon is started, until a daemon exits idle. Then the log is checked:
 
 - every cell terminal (recovered), none failed;
 - every agent ran exactly once (the marker file), and each attempt that ran holds exactly
@@ -42,7 +42,7 @@ ARENAD = str(Path(sys.executable).parent / "arenad")
 def write_campaign(path: Path, repo: Path, base: str, cells: int, marker: Path) -> None:
     agent = (
         f"echo {{run_dir}} >> {marker}; "
-        'for i in 1 2 3; do echo \'{{"kind":"tick","i":\'$i\'}}\'; sleep 0.1; done'
+        'for i in 1 2 3; do echo \'{{"kind":"tick","i":\'$i\'}}\'; sleep 0.5; done'
     )
     lines = [
         'name = "soak"',
@@ -195,7 +195,7 @@ def check(home: Path, marker: Path, cells: int) -> dict[str, object]:
     return {
         "events": sum(tags.values()),
         "adoptions": tags["run.adopted"],
-        "retries": tags["cell.retried"],
+        "rematerialized": tags["cell.materialized"] - cells,
         "lost": lost,
         "failed": tags["cell.failed"],
         "run_started": tags["run.started"],
@@ -226,7 +226,7 @@ def main() -> None:
         print(f"soak: {n} cells, max-parallel {args.max_parallel}, kill every {args.kill_every} s")
         print(
             f"  daemon SIGKILLed {kills} times; {figures['adoptions']} runs adopted,"
-            f" {figures['retries']} fresh attempts after a crash while materialized,"
+            f" {figures['rematerialized']} workspaces re-materialized after a crash,"
             f" {figures['lost']} runs lost, {figures['failed']} cells failed"
         )
         print(
