@@ -8,7 +8,14 @@ from pathlib import Path
 from events import cell as ev
 from events.base import Event
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.daemon.support import (
+    cell_row,
+    cli,
+    command_campaign,
+    read_all,
+    start_daemon,
+    wait_for,
+)
 
 CELL = "ctl:i1:CMD:0"
 
@@ -73,3 +80,57 @@ def test_sigterm_aborts_then_next_daemon_finishes(tmp_path: Path) -> None:
     verified = [e for e in events if isinstance(e, ev.CellVerified)]
     assert len(verified) == 1 and verified[0].scored is False
     assert isinstance(events[-1], ev.CellRecovered)
+
+
+def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    camp = command_campaign(
+        tmp_path / "c.toml",
+        name="live",
+        repo=repo,
+        base=base,
+        # Long enough that the resume and retry commands land while the other runs.
+        argv=["bash", "-c", "sleep 3"],
+        instances=("i1", "i2", "i3"),
+    )
+    assert cli(home, "init").returncode == 0
+    assert cli(home, "submit", str(camp)).returncode == 0
+    first, paused, third = "live:i1:CMD:0", "live:i2:CMD:0", "live:i3:CMD:0"
+    # Paused before any daemon runs: the daemon must leave it alone.
+    assert cli(home, "pause", paused).returncode == 0
+    daemon = start_daemon(home, "--max-parallel", "1", stderr=tmp_path / "daemon.err")
+    try:
+
+        def state(cell: str) -> tuple[str, int]:
+            row = cell_row(home, cell)
+            assert row is not None
+            return str(row["state"]), int(row["attempt"])
+
+        wait_for(lambda: state(third)[0] == "recovered", "the unpaused cells to finish")
+        assert state(first)[0] == "recovered"
+        assert state(paused)[0] == "submitted"
+        # All three commands travel as events; the running daemon follows them.
+        assert cli(home, "set-max-parallel", "3").returncode == 0
+        assert cli(home, "resume", paused).returncode == 0
+        assert cli(home, "retry", first).returncode == 0
+        wait_for(lambda: state(paused)[0] == "recovered", "the resumed cell")
+        wait_for(lambda: state(first) == ("recovered", 2), "the retried cell's new attempt")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    # Run intervals as log positions (no clocks): RunStarted seq .. end-of-run seq.
+    spans: dict[tuple[str, int], list[int]] = {}
+    for r in read_all(home):
+        if isinstance(r.event, ev.RunStarted | ev.RunCompleted):
+            spans.setdefault((r.stream[len("cell/") :], r.event.attempt), []).append(r.seq)
+
+    def overlap(x: tuple[str, int], y: tuple[str, int]) -> bool:
+        (a0, a1), (b0, b1) = spans[x], spans[y]
+        return a0 < b1 and b0 < a1
+
+    # While max-parallel was 1 the first runs did not overlap; at 3, the resumed cell and
+    # the retried attempt ran side by side.
+    assert not overlap((first, 1), (third, 1))
+    assert overlap((paused, 1), (first, 2))
