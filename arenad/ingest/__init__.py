@@ -1,4 +1,4 @@
-"""Live file ingestion: growing files (and a child's stdout) into ``events.ingest`` events.
+"""Live file ingestion: growing files (journals, an agent's stdout) into ``events.ingest`` events.
 
 Knows nothing of SQL, cells or the ledger: it hands batches of events to an async
 sink and resumes from positions folded out of the events the sink accepted.
@@ -7,7 +7,6 @@ sink and resumes from positions folded out of the events the sink accepted.
 - :mod:`~arenad.ingest.lines` — pure: bytes → line events (length, partial, kinds).
 - :mod:`~arenad.ingest.tailer` — one file: bounded reads, truncation, snapshots.
 - :mod:`~arenad.ingest.watcher` — run dirs: watchdog + rescans, batching, close.
-- :mod:`~arenad.ingest.stream` — a child's stdout lines through the same sink.
 """
 
 from arenad.ingest.lines import LineSplitter, classify_line, parse_lines, split_lines
@@ -19,7 +18,6 @@ from arenad.ingest.offsets import (
     fold_positions,
     line_end,
 )
-from arenad.ingest.stream import StreamIngester
 from arenad.ingest.tailer import FileTailer, Mode
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -42,7 +40,6 @@ __all__ = [
     "Positions",
     "RunDirWatcher",
     "Sink",
-    "StreamIngester",
     "WatchSource",
     "advance",
     "classify_line",
