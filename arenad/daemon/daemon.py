@@ -305,8 +305,10 @@ class Daemon:
     async def _drain(self) -> None:
         if not self.tasks:
             return
+        # After a fatal store error nothing is aborted: an abort could not be recorded.
+        abort_runs = not self.options.leave_running and self.fatal is None
         for runner in self.runners.values():
-            runner.request_shutdown(abort_runs=not self.options.leave_running)
+            runner.request_shutdown(abort_runs=abort_runs)
         tasks = list(self.tasks.values())
         _, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
         for task in pending:
