@@ -168,23 +168,9 @@ def _write(value: Any, out: list[str]) -> None:
     if kind is str:
         out.append(js_string(value))
     elif kind is dict:
-        out.append("{")
-        first = True
-        for key in _js_key_order(value):
-            if not first:
-                out.append(",")
-            first = False
-            out.append(js_string(key))
-            out.append(":")
-            _write(value[key], out)
-        out.append("}")
+        _write_object(value, out)
     elif kind is list:
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _write(item, out)
-        out.append("]")
+        _write_array(value, out)
     elif kind is int and -_MAX_SAFE <= value <= _MAX_SAFE:
         out.append(str(value))
     elif kind is float and value.is_integer() and -_MAX_SAFE < value < _MAX_SAFE:
@@ -206,25 +192,33 @@ def _write_general(value: Any, out: list[str]) -> None:
     elif isinstance(value, int | float):
         out.append(js_number(value))
     elif isinstance(value, Mapping):
-        out.append("{")
-        first = True
-        for key in _js_key_order(value):
-            if not first:
-                out.append(",")
-            first = False
-            out.append(js_string(key))
-            out.append(":")
-            _write(value[key], out)
-        out.append("}")
+        _write_object(value, out)
     elif isinstance(value, list | tuple):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _write(item, out)
-        out.append("]")
+        _write_array(value, out)
     else:
         raise TypeError(f"{type(value).__name__} is not JSON-able")
+
+
+def _write_object(value: Mapping[Any, Any], out: list[str]) -> None:
+    out.append("{")
+    first = True
+    for key in _js_key_order(value):
+        if not first:
+            out.append(",")
+        first = False
+        out.append(js_string(key))
+        out.append(":")
+        _write(value[key], out)
+    out.append("}")
+
+
+def _write_array(value: list[Any] | tuple[Any, ...], out: list[str]) -> None:
+    out.append("[")
+    for i, item in enumerate(value):
+        if i:
+            out.append(",")
+        _write(item, out)
+    out.append("]")
 
 
 def js_stringify(value: Any) -> str:
