@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -66,7 +65,10 @@ def _has(home: Path, kind: type) -> bool:
     return bool(_of(_cell(home), kind))
 
 
-def _kill9(daemon: subprocess.Popen[bytes]) -> None:
+def _kill9_once_the_agent_runs(home: Path, marker: Path, tmp_path: Path) -> None:
+    """Start a daemon, wait until its agent really started, then SIGKILL the daemon."""
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    wait_for(lambda: marker.exists(), "the agent to start")
     daemon.send_signal(signal.SIGKILL)
     daemon.wait()
 
@@ -102,9 +104,7 @@ def _verify_log_ok(home: Path) -> None:
 def test_agent_outlives_a_killed_daemon_and_is_adopted(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, _agent(marker, lines=30, pause_s=0.1, rc=5))
-    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
-    wait_for(lambda: marker.exists(), "the agent to start")
-    _kill9(daemon)
+    _kill9_once_the_agent_runs(home, marker, tmp_path)
     started = _of(_cell(home), ev.RunStarted)[0]
     assert isinstance(started, ev.RunStarted)
     assert proc.group_alive(started.pgid), "the agent died with the daemon"
@@ -125,9 +125,7 @@ def test_agent_outlives_a_killed_daemon_and_is_adopted(tmp_path: Path) -> None:
 def test_a_run_that_ended_while_no_daemon_ran_gets_its_real_exit(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, _agent(marker, lines=3, pause_s=0.3, rc=3))
-    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
-    wait_for(lambda: marker.exists(), "the agent to start")
-    _kill9(daemon)
+    _kill9_once_the_agent_runs(home, marker, tmp_path)
     run_dir = _run_dir(_cell(home))
     wait_for(lambda: (run_dir / "arenad.exit.json").exists(), "the agent's exit record")
 
@@ -141,9 +139,7 @@ def test_a_run_that_ended_while_no_daemon_ran_gets_its_real_exit(tmp_path: Path)
 def test_the_recorded_deadline_holds_for_an_adopted_run(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0), timeout_s=4)
-    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
-    wait_for(lambda: marker.exists(), "the agent to start")
-    _kill9(daemon)
+    _kill9_once_the_agent_runs(home, marker, tmp_path)
     _finish(home, tmp_path)
     events = _cell(home)
     started = _of(events, ev.RunStarted)[0]
@@ -157,9 +153,7 @@ def test_the_recorded_deadline_holds_for_an_adopted_run(tmp_path: Path) -> None:
 def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
-    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
-    wait_for(lambda: marker.exists(), "the agent to start")
-    _kill9(daemon)
+    _kill9_once_the_agent_runs(home, marker, tmp_path)
     started = _of(_cell(home), ev.RunStarted)[0]
     # The machine "rebooted": the run's whole group dies with no chance to record anything.
     os.killpg(started.pgid, signal.SIGKILL)  # type: ignore[attr-defined]
