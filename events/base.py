@@ -21,12 +21,16 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     v: int = 1
 
 
-class Recorded(msgspec.Struct, frozen=True, kw_only=True):
+class Recorded(msgspec.Struct, frozen=True, gc=False):
     """An event as the log holds it: the envelope around the payload.
 
     ``recorded_at_ms`` comes from the clock the writer was given, at append time;
     folds and projections use it as *the* time of the fact and never read a clock
     themselves.
+
+    ``gc=False``: a replay makes millions of these and they cannot form a cycle (an
+    event never points back at its envelope), so the cycle collector need not track
+    them. Positional construction (no ``kw_only``) is the replay's fast path.
     """
 
     seq: int

@@ -14,6 +14,7 @@ import pytest
 from arenad.errors import ConcurrencyError, StoreError
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
+from events.cell import CellFailed
 from tests.store.contract import collect, line, lines
 
 
@@ -203,6 +204,50 @@ async def test_an_unreadable_row_names_its_seq(store: SqliteEventStore) -> None:
         await collect(store.read_all())
     with pytest.raises(StoreError, match="event #3"):
         await store.read_stream("s/a")
+
+
+def _insert_raw(path: Path, seq: int, tag: str, schema_version: int, payload: str) -> None:
+    # Inserting is what the triggers allow; the chain is not this test's concern.
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms,"
+            " payload, hash) VALUES (?, 's/a', ?, ?, ?, 0, ?, x'00')",
+            (seq, seq, tag, schema_version, payload.encode()),
+        )
+        conn.execute("UPDATE log_head SET seq = ?", (seq,))
+
+
+async def test_a_payload_of_another_type_than_its_tag_is_refused(
+    store: SqliteEventStore,
+) -> None:
+    # The replay's fast path decodes by the payload's own type; the envelope's tag
+    # must still agree with it.
+    await store.append("s/a", 0, lines(0, 1))
+    _insert_raw(
+        store.path,
+        2,
+        "run.timed_out",
+        1,
+        '{"type":"run.completed","v":1,"attempt":1,"rc":0,"wall_s":1.0}',
+    )
+    with pytest.raises(StoreError, match=r"event #2 .*holds a 'run.completed' payload"):
+        await collect(store.read_all())
+
+
+async def test_an_older_schema_version_is_upcast_on_read(store: SqliteEventStore) -> None:
+    await store.append("s/a", 0, lines(0, 1))
+    _insert_raw(
+        store.path,
+        2,
+        "cell.failed",
+        1,
+        '{"type":"cell.failed","v":1,"attempt":1,"stage":"materialize",'
+        '"error":"clone failed","infra":true}',
+    )
+    got = await collect(store.read_all())
+    assert got[-1].schema_version == 1
+    assert isinstance(got[-1].event, CellFailed)
+    assert got[-1].event.classification == "infrastructure"
 
 
 async def test_a_store_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
