@@ -119,6 +119,21 @@ def _tags(requests: Sequence[AppendRequest]) -> set[str]:
     return {event_tag_of_type(type(e)) for r in requests for e in r.events}
 
 
+def _versions_sql(streams: Sequence[str]) -> str:
+    """(stream, its highest version or NULL, NULL) for each of ``streams``, bound in order.
+
+    One MAX per stream, not ``MAX(version) ... WHERE stream IN (...) GROUP BY stream``:
+    SQLite answers the grouped form by walking every index entry of those streams (26 ms
+    for a 200 000-line stream, on every append to it), the per-stream form with one
+    descent of the (stream, version) index.
+    """
+    values = ",".join(["(?)"] * len(streams))
+    return (
+        "SELECT s.column1, (SELECT MAX(version) FROM events WHERE stream = s.column1), NULL"
+        f" FROM (VALUES {values}) AS s"
+    )
+
+
 def _is_unwritable(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
     return any(s in text for s in ("disk is full", "readonly", "read-only", "disk i/o error"))
@@ -307,11 +322,8 @@ class SqliteEventStore(EventStore):
         """The chain's head and the streams' versions, in one round trip for most batches."""
         names = sorted(streams)
         first, rest = names[:_CHUNK], names[_CHUNK:]
-        marks = ",".join("?" * len(first))
         rows = await self._db.execute_fetchall(
-            "SELECT NULL, seq, hash FROM log_head WHERE id = 1 UNION ALL"
-            f" SELECT stream, MAX(version), NULL FROM events WHERE stream IN ({marks})"
-            " GROUP BY stream",
+            f"SELECT NULL, seq, hash FROM log_head WHERE id = 1 UNION ALL {_versions_sql(first)}",
             first,
         )
         seq, prev = -1, b""
@@ -319,7 +331,7 @@ class SqliteEventStore(EventStore):
         for stream, number, digest in rows:
             if stream is None:
                 seq, prev = int(number), bytes(digest)
-            else:
+            elif number is not None:
                 versions[str(stream)] = int(number)
         if seq < 0:
             raise StoreError(f"the event store at {self.path} has no log head row")
@@ -333,13 +345,9 @@ class SqliteEventStore(EventStore):
         names = sorted(streams)
         for i in range(0, len(names), _CHUNK):
             chunk = names[i : i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            for stream, version in await db.execute_fetchall(
-                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks})"
-                " GROUP BY stream",
-                chunk,
-            ):
-                found[str(stream)] = int(version)
+            for stream, version, _ in await db.execute_fetchall(_versions_sql(chunk), chunk):
+                if version is not None:
+                    found[str(stream)] = int(version)
         return found
 
     # -- reading -----------------------------------------------------------------
