@@ -8,12 +8,20 @@ executemany, the projectors, one head update and one COMMIT.
 Every event is encoded, then decoded back before the commit: the row the log keeps
 is proved readable (an event built with a wrong-typed field is refused instead of
 poisoning every later replay), and projectors fold exactly what a rebuild will fold.
+
+WAL checkpoints run on a connection of their own, off the append's path: SQLite's
+automatic checkpoint would run inside the COMMIT that crosses its threshold and
+make that append wait for the copy into the database file and its fsyncs (measured:
+~4 µs per 500-byte event, over a third of the insert's cost). The background one is
+C code on aiosqlite's thread, so it overlaps the next batch's Python work; the
+writer keeps a far higher automatic threshold only as a backstop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from pathlib import Path
@@ -43,6 +51,8 @@ from events.codec import (
     event_tag_of_type,
 )
 
+log = logging.getLogger(__name__)
+
 Synchronous = Literal["NORMAL", "FULL"]
 
 _SELECT = "SELECT seq, stream, version, tag, schema_version, recorded_at_ms, payload FROM events"
@@ -55,6 +65,13 @@ _CHUNK = 500
 # Rows per read: large enough that the ~170 µs await is noise, small enough that
 # a replay's memory stays a few MiB whatever the log's size.
 READ_BATCH = 5000
+# Bytes appended (estimated: payloads plus a row's other columns) after which a
+# background checkpoint is asked for: about SQLite's own default of 1 000 pages.
+CHECKPOINT_BYTES = 4 << 20
+_ROW_OVERHEAD = 120
+# The writer's automatic checkpoint, in pages: a backstop for when the background
+# checkpoint lags (or cannot run), so the WAL stays bounded whatever happens.
+_WRITER_AUTOCHECKPOINT_PAGES = 16_000
 
 
 class Projector(Protocol):
@@ -69,6 +86,12 @@ class Projector(Protocol):
 
     @property
     def tables(self) -> tuple[str, ...]: ...
+
+    def wants(self, stream: str) -> bool:
+        """Whether ``apply`` needs this stream's events: an append hands it only those
+        (and skips it when there are none), so the projector costs nothing per event
+        of the streams it ignores. ``rebuild`` hands it every event."""
+        ...
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None: ...
 
@@ -104,13 +127,21 @@ def _decode_rows(rows: Iterable[Any]) -> list[Recorded]:
     return out
 
 
-# Per event class: (tag, schema version, the tag length-prefixed for the chain).
-_TYPE_META: dict[type[Event], tuple[str, int, bytes]] = {}
+_TypeMeta = tuple[str, int, bytes, "msgspec.json.Decoder[Any]"]
+
+# Per event class: (tag, schema version, the tag length-prefixed for the chain, a
+# decoder of that class alone).
+_TYPE_META: dict[type[Event], _TypeMeta] = {}
 
 
-def _type_meta(kind: type[Event]) -> tuple[str, int, bytes]:
+def _type_meta(kind: type[Event]) -> _TypeMeta:
     sample_tag = event_tag_of_type(kind)
-    meta = (sample_tag, kind.VERSION, length_prefixed(sample_tag))
+    # The read-back check decodes with the event's own class: a row just encoded is
+    # at its class's current version, where ``decode_event`` would decode the same
+    # bytes to the same class through the union and then check that class; this
+    # decoder is as fast as the union's (~1 µs for a 500-byte line event) and makes
+    # the check, the version lookup and the wrapper's call unnecessary.
+    meta = (sample_tag, kind.VERSION, length_prefixed(sample_tag), msgspec.json.Decoder(kind))
     _TYPE_META[kind] = meta
     return meta
 
@@ -152,9 +183,14 @@ class SqliteEventStore(EventStore):
         clock: Clock,
         projectors: Sequence[Projector],
         faults: FaultPlan | None = None,
+        checkpointer: aiosqlite.Connection | None = None,
     ) -> None:
         self._db = writer
         self._reader = reader
+        self._checkpointer = checkpointer
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._unchecked_bytes = 0
+        self._pending_bytes = 0
         self.path = path
         self._clock = clock
         self._projectors = list(projectors)
@@ -183,6 +219,7 @@ class SqliteEventStore(EventStore):
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = await aiosqlite.connect(path, isolation_level=None)
         reader: aiosqlite.Connection | None = None
+        checkpointer: aiosqlite.Connection | None = None
         try:
             await writer.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             await writer.execute("PRAGMA journal_mode = WAL")
@@ -193,14 +230,20 @@ class SqliteEventStore(EventStore):
             await reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             # Reads never write: the reader refuses to, whatever a caller sends it.
             await reader.execute("PRAGMA query_only = ON")
+            # Checkpoints move off the append's path (see the module docstring).
+            checkpointer = await aiosqlite.connect(path, isolation_level=None)
+            await checkpointer.execute(f"PRAGMA synchronous = {synchronous}")
+            await writer.execute(f"PRAGMA wal_autocheckpoint = {_WRITER_AUTOCHECKPOINT_PAGES}")
         except BaseException as exc:
             await writer.close()
             if reader is not None:
                 await reader.close()
+            if checkpointer is not None:
+                await checkpointer.close()
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot open the event store at {path}: {exc}") from exc
             raise
-        return cls(writer, reader, path, clock, projectors, faults)
+        return cls(writer, reader, path, clock, projectors, faults, checkpointer)
 
     @property
     def connection(self) -> aiosqlite.Connection:
@@ -208,8 +251,35 @@ class SqliteEventStore(EventStore):
         return self._db
 
     async def close(self) -> None:
+        task, self._checkpoint_task = self._checkpoint_task, None
+        if task is not None:
+            await task
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
         await self._reader.close()
+        # The last connection to close checkpoints whatever is left.
         await self._db.close()
+
+    def _count_for_checkpoint(self, nbytes: int) -> None:
+        """After a commit: ask for a background checkpoint once enough was appended."""
+        self._unchecked_bytes += nbytes
+        if self._unchecked_bytes < CHECKPOINT_BYTES or self._checkpointer is None:
+            return
+        if self._checkpoint_task is not None and not self._checkpoint_task.done():
+            return  # the running one is asked again after the next commit
+        self._unchecked_bytes = 0
+        self._checkpoint_task = asyncio.create_task(
+            self._checkpoint(self._checkpointer), name="arenad-store-checkpoint"
+        )
+
+    async def _checkpoint(self, db: aiosqlite.Connection) -> None:
+        # PASSIVE: copies what no reader still needs, never waits for a lock, never
+        # blocks the writer. A failure here loses nothing (the WAL still holds every
+        # commit); the writer's backstop checkpoint or the next attempt catches up.
+        try:
+            await db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except (sqlite3.Error, ValueError) as exc:
+            log.warning("background checkpoint of %s failed: %s", self.path, exc)
 
     # -- writing -----------------------------------------------------------------
 
@@ -229,6 +299,7 @@ class SqliteEventStore(EventStore):
                 if faults is not None:
                     faults.before_commit(tags)
                 await self._db.execute("COMMIT")
+                self._count_for_checkpoint(self._pending_bytes)
                 if faults is not None:
                     await self._inject(faults.after_commit(tags))
             except BaseException as exc:
@@ -279,43 +350,65 @@ class SqliteEventStore(EventStore):
         seq, prev, versions = await self._head_and_versions({r.stream for r in requests})
         now = int(self._clock())
         rows: list[tuple[int, str, int, str, int, int, bytes, bytes]] = []
-        sizes: list[int] = []
+        result: list[list[Recorded]] = []
         add = rows.append
         encode = encode_event
+        nbytes = 0
+        # One pass per event: encode, chain, read back (see the module docstring).
         for request in requests:
             stream = request.stream
             current = versions.get(stream, 0)
             if request.expected_version is not None and request.expected_version != current:
                 raise ConcurrencyError(stream, request.expected_version, current)
             stream_part = length_prefixed(stream)
+            recorded: list[Recorded] = []
+            keep = recorded.append
             for event in request.events:
                 seq += 1
                 current += 1
                 kind = type(event)
-                meta = _TYPE_META.get(kind) or _type_meta(kind)
-                tag, schema_version, tag_part = meta
+                tag, schema_version, tag_part, decoder = _TYPE_META.get(kind) or _type_meta(kind)
                 payload = encode(event)
+                try:
+                    stored = decoder.decode(payload)
+                except msgspec.DecodeError as exc:
+                    # Nothing is written: a row that cannot be read back would break every
+                    # later replay (typically a field given a value of the wrong type).
+                    raise StoreError(
+                        f"refused to append: event #{seq} ({tag!r} v{schema_version}) on"
+                        f" {stream!r} cannot be read: {exc}"
+                    ) from exc
                 prev = row_hash_parts(
                     prev, seq, current, schema_version, now, stream_part, tag_part, payload
                 )
                 add((seq, stream, current, tag, schema_version, now, payload, prev))
+                nbytes += len(payload)
+                keep(
+                    Recorded(
+                        seq=seq,
+                        stream=stream,
+                        version=current,
+                        tag=tag,
+                        schema_version=schema_version,
+                        recorded_at_ms=now,
+                        event=stored,
+                    )
+                )
             versions[stream] = current
-            sizes.append(len(request.events))
-        try:
-            batch = _decode_rows(rows)
-        except StoreError as exc:
-            # Nothing is written: a row that cannot be read back would break every
-            # later replay (typically a field given a value of the wrong type).
-            raise StoreError(f"refused to append: {exc}") from exc.__cause__
+            result.append(recorded)
         await self._db.executemany(_INSERT, rows)
         for projector in self._projectors:
-            await projector.apply(self._db, batch)
+            wants = projector.wants
+            batch = [
+                r
+                for request, done in zip(requests, result, strict=True)
+                if wants(request.stream)
+                for r in done
+            ]
+            if batch:
+                await projector.apply(self._db, batch)
         await self._db.execute("UPDATE log_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
-        result: list[list[Recorded]] = []
-        start = 0
-        for size in sizes:
-            result.append(batch[start : start + size])
-            start += size
+        self._pending_bytes = nbytes + _ROW_OVERHEAD * len(rows)
         return result
 
     async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int]]:
