@@ -548,10 +548,14 @@ class RunDirWatcher:
             batch, nbytes, touched = self._collect()
             if not batch:
                 break
-            await self._deliver(batch, nbytes, touched)
+            # Busy is decided before the batch goes to the sink, not after: a writer at
+            # full speed makes one inotify notification per write, and each costs
+            # watchdog's threads Python time (the GIL) for as long as the watches stay;
+            # the first batch's append alone can last a few hundred ms.
             self._window_events += len(batch)
             if not self._busy and self._window_events >= self._busy_rate * _BUSY_WINDOW:
                 await self._set_busy(True)
+            await self._deliver(batch, nbytes, touched)
             await asyncio.sleep(0)  # let the loop breathe between batches
 
     def _collect(self) -> tuple[list[Event], int, list[FileTailer]]:

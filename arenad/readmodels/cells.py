@@ -96,6 +96,9 @@ class CellsProjector:
     name: str = "cells"
     tables: tuple[str, ...] = ("cells",)
 
+    def wants(self, stream: str) -> bool:
+        return is_cell_stream(stream)
+
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
         mine = [r for r in batch if is_cell_stream(r.stream)]
         if not mine:
