@@ -42,7 +42,7 @@ from arenad.detached import DetachedRun, RunEnd, RunFiles, spawn_detached
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.judge import run_judge
-from arenad.materialize import MaterializeError, materialize
+from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
 from arenad.patch import extract_patch
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
@@ -73,6 +73,7 @@ class CellRunner:
         cell_id: str,
         clock: Clock,
         observer: BaseObserver | None = None,
+        templates: WorkspaceTemplates | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -80,6 +81,8 @@ class CellRunner:
         self.clock = clock
         # The daemon's watchdog observer, shared by every run it follows.
         self.observer = observer
+        # The daemon's prepared checkouts for git workspaces (None: a fresh clone each).
+        self.templates = templates
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
@@ -198,7 +201,7 @@ class CellRunner:
                 await asyncio.to_thread(shutil.rmtree, run_dir)
             run_dir.mkdir(parents=True)
             await asyncio.to_thread(prepare_cell_env, run_dir, dict(self.config.base_env))
-            result = await materialize(state.spec, ws)
+            result = await materialize(state.spec, ws, templates=self.templates)
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
