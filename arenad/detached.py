@@ -33,9 +33,14 @@ from arenad.clock import Clock
 WRAPPER = Path(runwrap.__file__).resolve()
 # The wrapper is imported, not run as a script, so its bytecode is cached rather than
 # compiled on every start. Its dir goes last on the path: stdlib names win over arenad's.
+# It opens its own log (argv[1]) first thing: created in the child, not in the spawn's file
+# actions, where the daemon would wait on it with its GIL held.
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _BOOT = (
-    f"import sys; sys.path.append({str(WRAPPER.parent)!r}); import runwrap;"
-    " sys.exit(runwrap.main(sys.argv[1:]))"
+    f"import os, sys; fd = os.open(sys.argv[1], {_LOG_FLAGS}, 0o644); os.dup2(fd, 1);"
+    " os.dup2(fd, 2); os.close(fd);"
+    f" sys.path.append({str(WRAPPER.parent)!r}); import runwrap;"
+    " sys.exit(runwrap.main(sys.argv[2:]))"
 )
 EXIT_FILE = "arenad.exit.json"
 WRAPPER_LOG = "arenad.wrapper.log"
@@ -339,9 +344,8 @@ async def spawn_detached(
     ]
     if files.stdin is not None:
         options += ["--stdin", files.stdin]
-    wrapper_argv = [sys.executable, "-I", "-S", "-c", _BOOT, *options, "--", *argv]
     log = str(Path(files.run_dir) / WRAPPER_LOG)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    wrapper_argv = [sys.executable, "-I", "-S", "-c", _BOOT, log, *options, "--", *argv]
     # The release pipe: the wrapper's stdin; the write end stays here (close-on-exec, so no
     # other child inherits it) until release() or cancel_unreleased().
     release_r, release_w = os.pipe()
@@ -352,7 +356,7 @@ async def spawn_detached(
             dict(env),
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, release_r, 0),
-                (os.POSIX_SPAWN_OPEN, 1, log, flags, 0o644),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
             ],
             setsid=True,

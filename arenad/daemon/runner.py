@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +44,7 @@ from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.judge import run_judge
 from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
 from arenad.patch import extract_patch
+from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
 from arenad.waiting import wait_for_event
@@ -197,10 +198,7 @@ class CellRunner:
         try:
             # No run of this attempt was recorded, so anything here is debris of a daemon
             # that died before starting one: start clean.
-            if run_dir.exists():
-                await asyncio.to_thread(shutil.rmtree, run_dir)
-            run_dir.mkdir(parents=True)
-            await asyncio.to_thread(prepare_cell_env, run_dir, dict(self.config.base_env))
+            await asyncio.to_thread(_fresh_run_dir, run_dir, dict(self.config.base_env))
             result = await materialize(state.spec, ws, templates=self.templates)
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
@@ -295,7 +293,7 @@ class CellRunner:
             await run.cancel_unreleased()
             raise
         run.release()
-        await self._follow_run(state, ctx, run)
+        await self._follow_run(state, ctx, run, new=True)
 
     async def resume_running(self, state: CellState) -> None:
         """A run an earlier daemon recorded: adopt it if it still runs, else record how it
@@ -330,14 +328,26 @@ class CellRunner:
             )
         await self._follow_run(state, ctx, run)
 
-    async def _follow_run(self, state: CellState, ctx: ArmContext, run: DetachedRun) -> None:
-        """Ingest the run's files live until it ends, then record how it ended."""
+    async def _follow_run(
+        self, state: CellState, ctx: ArmContext, run: DetachedRun, *, new: bool = False
+    ) -> None:
+        """Ingest the run's files live until it ends, then record how it ended.
+
+        ``new``: this daemon just recorded the run's start, so its ingest stream is known
+        to be empty (nothing ingests before a RunStarted) and is not read. The watcher's
+        closing batch is appended with the run's end, in one transaction; a supervisor's
+        outcome is read from that stream, so its closing batch goes first, on its own.
+        """
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
-        await sink.open()
-        watcher = await self._start_watcher(ctx, sink)
+        sink = IngestSink(
+            self.store,
+            ingest_stream(self.cell_id, state.attempt),
+            hold_close=not isinstance(state.spec.arm, SupervisorArm),
+        )
+        await sink.open(new=new)
+        watcher = await self._start_watcher(ctx, sink, new=new)
         hangs = (
             asyncio.create_task(self._watch_for_hangs(state.attempt, run, sink))
             if self.config.hang_after_s
@@ -356,9 +366,15 @@ class CellRunner:
                 await asyncio.gather(hangs, return_exceptions=True)
         if watcher is not None:
             await watcher.close()
-        await self._record_end(state, ctx, end)
+        await self._record_end(state, ctx, end, also=sink.take_held())
 
-    async def _record_end(self, state: CellState, ctx: ArmContext, end: RunEnd) -> None:
+    async def _record_end(
+        self,
+        state: CellState,
+        ctx: ArmContext,
+        end: RunEnd,
+        also: Sequence[AppendRequest] = (),
+    ) -> None:
         started_at = state.run.started_at_ms if state.run is not None else end.ended_at_ms
         wall_s = max(0.0, (end.ended_at_ms - started_at) / 1000)
         attempt = state.attempt
@@ -382,17 +398,33 @@ class CellRunner:
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
                 await self._fail(
-                    state, "launch", end.reason or "the agent did not start", retryable=True
+                    state,
+                    "launch",
+                    end.reason or "the agent did not start",
+                    retryable=True,
+                    also=also,
                 )
                 return
         events: list[Event] = [outcome]
         if isinstance(state.spec.arm, SupervisorArm):
             events.append(await self._supervisor_outcome(attempt, ctx))
-        await self.writer.append(events)
+        await self._append_with(events, also)
 
-    async def _start_watcher(self, ctx: ArmContext, sink: IngestSink) -> RunDirWatcher | None:
+    async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
+        """Append to the cell with ``also`` in the same transaction; if the cell moved on
+        meanwhile, ``also`` (facts about what was ingested) is still recorded on its own."""
+        try:
+            await self.writer.append(events, also=also)
+        except CellMovedOn:
+            if also:
+                await self.store.append_many(list(also))
+            raise
+
+    async def _start_watcher(
+        self, ctx: ArmContext, sink: IngestSink, *, new: bool = False
+    ) -> RunDirWatcher | None:
         """Watch what the arm writes while it runs, resuming at the recorded offsets."""
-        recorded = await self.store.read_stream(sink.stream)
+        recorded = [] if new else await self.store.read_stream(sink.stream)
         positions = fold_positions(recorded)
         if positions.closed:
             return None
@@ -526,7 +558,15 @@ class CellRunner:
             (ctx.run_dir / "result.json").write_text, json.dumps(doc, indent=1) + "\n"
         )
 
-    async def _fail(self, state: CellState, stage: str, error: str, *, retryable: bool) -> None:
+    async def _fail(
+        self,
+        state: CellState,
+        stage: str,
+        error: str,
+        *,
+        retryable: bool,
+        also: Sequence[AppendRequest] = (),
+    ) -> None:
         """Record an infrastructure failure, and the policy's new attempt in the same
         transaction when it asks for one (so a crash cannot separate the two)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
@@ -540,7 +580,15 @@ class CellRunner:
         retry = policy_retry(
             apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
         )
-        await self.writer.append([failure] if retry is None else [failure, retry])
+        await self._append_with([failure] if retry is None else [failure, retry], also)
+
+
+def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
+    """An empty run dir with the cell's private environment in it (one thread hop)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    prepare_cell_env(run_dir, base_env)
 
 
 def _size(path: Path) -> int:
