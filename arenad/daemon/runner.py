@@ -4,7 +4,12 @@
     materialized -> launch the arm                     -> RunStarted
     running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
     ended        -> patch + verify (+ judge)           -> CellVerified (+ JudgeVerdictRecorded)
+                    + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
+
+Verify and recovery share one transaction, except for the supervisor arm (its recovery
+writes result.json after the append); a cell found verified (written apart, or by an
+earlier version) is recovered on its own.
 
 Every step reads what it needs from the cell's state (a fold of its stream) and
 writes its outcome as events; a step that fails for an infrastructure reason
@@ -532,19 +537,34 @@ class CellRunner:
                     env=ctx.env,
                 )
             )
-        await self.writer.append(events)
+        if isinstance(spec.arm, SupervisorArm):
+            await self.writer.append(events)
+            return
+        # Recovery reads only the agent's store and the ingest stream, so it goes into the
+        # verdict's transaction: one append and one scheduling round less per cell. A
+        # crash before it redoes both steps; recovery failing records the verdict first.
+        try:
+            captures, recovered = await self._recover_parts(state, ctx)
+        except Exception:
+            await self.writer.append(events)
+            raise
+        await self.writer.append([*events, recovered], also=captures)
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
         if isinstance(state.spec.arm, SupervisorArm):
             await self._recover_supervisor(state, ctx)
             return
+        captures, recovered = await self._recover_parts(state, ctx)
+        await self.writer.append([recovered], also=captures)
+
+    async def _recover_parts(
+        self, state: CellState, ctx: ArmContext
+    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
+        """The captures of the agent's own store and the CellRecovered that sums them."""
         usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
         db_path = Path(cell_paths(ctx.run_dir).opencode_db)
-        events, recovered = await asyncio.to_thread(
-            recover_events, db_path, self.cell_id, state, usage
-        )
-        await self.writer.append([recovered], also=events)
+        return await asyncio.to_thread(recover_events, db_path, self.cell_id, state, usage)
 
     async def _recover_supervisor(self, state: CellState, ctx: ArmContext) -> None:
         recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
