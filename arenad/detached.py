@@ -4,8 +4,9 @@
 leader; the agent will be its child in the same group) with the agent's stdio going to
 files in the run dir, not to pipes of the daemon — so nothing ties the agent's life to
 the daemon's. The wrapper holds the agent back until :meth:`DetachedRun.release` (called
-once ``RunStarted`` is committed) or, if the daemon died, until it has checked the log
-itself; see ``arenad/runwrap.py`` for that rule.
+once ``RunStarted`` is committed) writes into its release pipe or, if the daemon died (the
+pipe reads end-of-file), until it has checked the log itself; see ``arenad/runwrap.py``
+for that rule.
 
 :meth:`DetachedRun.wait` is the same for a run this daemon started and for one it adopted
 after a restart: it watches the wrapper through a pidfd (no polling, and no need to be its
@@ -30,8 +31,18 @@ from arenad import proc, runwrap
 from arenad.clock import Clock
 
 WRAPPER = Path(runwrap.__file__).resolve()
+# The wrapper is imported, not run as a script, so its bytecode is cached rather than
+# compiled on every start. Its dir goes last on the path: stdlib names win over arenad's.
+# It opens its own log (argv[1]) first thing: created in the child, not in the spawn's file
+# actions, where the daemon would wait on it with its GIL held.
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+_BOOT = (
+    f"import os, sys; fd = os.open(sys.argv[1], {_LOG_FLAGS}, 0o644); os.dup2(fd, 1);"
+    " os.dup2(fd, 2); os.close(fd);"
+    f" sys.path.append({str(WRAPPER.parent)!r}); import runwrap;"
+    " sys.exit(runwrap.main(sys.argv[2:]))"
+)
 EXIT_FILE = "arenad.exit.json"
-RELEASE_FILE = "arenad.release"
 WRAPPER_LOG = "arenad.wrapper.log"
 
 
@@ -46,10 +57,6 @@ class RunFiles(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def exit_file(self) -> Path:
         return Path(self.run_dir) / EXIT_FILE
-
-    @property
-    def release_file(self) -> Path:
-        return Path(self.run_dir) / RELEASE_FILE
 
 
 class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +130,7 @@ class DetachedRun:
         kill_grace_s: float,
         is_child: bool,
         gone_timeout_s: float = proc.DEFAULT_GONE_TIMEOUT_S,
+        release_fd: int | None = None,
     ) -> None:
         self.pid = pid
         # The wrapper is its session's leader, so its pid is the group id.
@@ -136,6 +144,8 @@ class DetachedRun:
         self.gone_timeout_s = gone_timeout_s
         self._abort = asyncio.Event()
         self._abort_reason: str | None = None
+        # The write end of the wrapper's release pipe (only for a wrapper started here).
+        self._release_fd = release_fd
 
     @classmethod
     def adopt(
@@ -169,11 +179,17 @@ class DetachedRun:
         return proc.group_alive(self.pgid)
 
     def release(self) -> None:
-        """Let the agent start (call only once its RunStarted is committed). The file names
-        the wrapper it releases and appears whole (written aside, then renamed)."""
-        tmp = self.files.release_file.with_name(f"{RELEASE_FILE}.{self.pid}.tmp")
-        tmp.write_text(f"{self.pid}\n")
-        os.replace(tmp, self.files.release_file)
+        """Let the agent start (call only once its RunStarted is committed): the wrapper's
+        pid, written into its release pipe, which is then closed."""
+        fd, self._release_fd = self._release_fd, None
+        if fd is None:
+            raise RuntimeError(f"wrapper {self.pid} has no release pipe (released already?)")
+        try:
+            os.write(fd, f"{self.pid}\n".encode())
+        except BrokenPipeError:
+            pass  # the wrapper is gone; wait() reads its exit record (or finds none)
+        finally:
+            os.close(fd)
 
     def abort(self, reason: str) -> None:
         if self._abort_reason is None:
@@ -188,8 +204,14 @@ class DetachedRun:
     async def cancel_unreleased(self) -> None:
         """End a wrapper whose agent was never released (its start was not recorded)."""
         self.kill_now()
-        await self._wait_exit(asyncio.get_running_loop())
-        self._reap()
+        try:
+            await self._wait_exit(asyncio.get_running_loop())
+            self._reap()
+        finally:
+            # Only now: an end-of-file would send a live wrapper to the log.
+            if self._release_fd is not None:
+                os.close(self._release_fd)
+                self._release_fd = None
 
     async def wait(self, clock: Clock) -> RunEnd:
         """Wait for the run to end: on its own, at the deadline, or on :meth:`abort`."""
@@ -302,22 +324,17 @@ async def spawn_detached(
     """Start the wrapper, holding the agent back until :meth:`DetachedRun.release`."""
     if not argv:
         raise proc.SpawnError(list(argv), "empty argv")
-    for stale in (files.exit_file, files.release_file):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        files.exit_file.unlink()
     options = [
         "--exit-file",
         str(files.exit_file),
-        "--release-file",
-        str(files.release_file),
         "--store",
         str(store_path),
         "--stream",
         stream,
         "--attempt",
         str(attempt),
-        "--parent",
-        str(os.getpid()),
         "--cwd",
         cwd,
         "--stdout",
@@ -327,23 +344,28 @@ async def spawn_detached(
     ]
     if files.stdin is not None:
         options += ["--stdin", files.stdin]
-    wrapper_argv = [sys.executable, "-I", "-S", str(WRAPPER), *options, "--", *argv]
     log = str(Path(files.run_dir) / WRAPPER_LOG)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    wrapper_argv = [sys.executable, "-I", "-S", "-c", _BOOT, log, *options, "--", *argv]
+    # The release pipe: the wrapper's stdin; the write end stays here (close-on-exec, so no
+    # other child inherits it) until release() or cancel_unreleased().
+    release_r, release_w = os.pipe()
     try:
         pid = os.posix_spawn(
             sys.executable,
             wrapper_argv,
             dict(env),
             file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, log, flags, 0o644),
+                (os.POSIX_SPAWN_DUP2, release_r, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
             ],
             setsid=True,
         )
     except OSError as exc:
+        os.close(release_w)
         raise proc.SpawnError(wrapper_argv, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        os.close(release_r)
     started_at_ms = clock()
     return DetachedRun(
         pid=pid,
@@ -353,4 +375,5 @@ async def spawn_detached(
         deadline_ms=started_at_ms + round(timeout_s * 1000),
         kill_grace_s=kill_grace_s,
         is_child=True,
+        release_fd=release_w,
     )

@@ -1,41 +1,42 @@
 """The run wrapper: the process between the daemon and an agent, so the agent can outlive it.
 
-The daemon starts this file as a script (``python -I -S runwrap.py …``: standard library
-only, no site import, so it starts in a few milliseconds) in a new session; the wrapper is
-the process-group leader and the agent becomes its child in the same group, so one
-``killpg`` reaches both. Three jobs:
+The daemon starts this module (``python -I -S -c "…import runwrap…"``: standard library
+only, no site import, and imported rather than run as a script so its bytecode is cached;
+it starts in a few milliseconds) in a new session; the wrapper is the process-group leader
+and the agent becomes its child in the same group, so one ``killpg`` reaches both. Three
+jobs:
 
-1. **Start the agent only if the log says it started.** The wrapper waits for the daemon's
-   release file, which the daemon writes right after ``RunStarted`` (naming this wrapper's
-   pid) is committed. If the daemon dies first, the wrapper sees its parent change and asks
-   the log itself: with a committed ``RunStarted`` for this pid and attempt it starts the
-   agent (the restarted daemon adopts the run); without one it exits having started
-   nothing. So an agent runs if and only if the log records its start: never twice, never
-   unrecorded.
+1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
+   of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid
+   into it right after ``RunStarted`` (naming that pid) is committed. If the daemon dies
+   first, the pipe reads end-of-file and the wrapper asks the log itself: with a committed
+   ``RunStarted`` for this pid and attempt it starts the agent (the restarted daemon adopts
+   the run); without one it exits having started nothing. So an agent runs if and only if
+   the log records its start: never twice, never unrecorded. (The daemon never closes the
+   pipe unreleased while the wrapper lives: it kills the wrapper first.)
 2. **Outlive group signals.** SIGTERM, SIGINT and SIGHUP only set a flag here (the agent
-   gets them with default handling, since exec resets caught signals), so the wrapper
-   survives a timeout or abort long enough to record how the agent ended. SIGKILL ends
-   both.
+   gets them with default handling), so the wrapper survives a timeout or abort long enough
+   to record how the agent ended. SIGKILL ends both. A signal before the release means the
+   agent never starts.
 3. **Record the exit.** When the agent ends, the wrapper writes the exit record
    (``exit.json``, atomically: temp file, fsync, rename) that a restarted daemon reads.
    The record's keys are ``wrapper_pid``, ``started`` (bool), ``pid`` (the agent's),
    ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, and ``error`` when
-   the agent could not be started. The release file holds the pid of the wrapper it
-   releases, so a wrapper never takes another's release.
+   the agent could not be started.
 
 Arguments (all required but ``--stdin``)::
 
-    runwrap.py --exit-file F --release-file R --store DB --stream S --attempt N
-               --parent DAEMON_PID --cwd DIR [--stdin FILE] --stdout FILE --stderr FILE
-               -- ARGV...
+    runwrap --exit-file F --store DB --stream S --attempt N --cwd DIR [--stdin FILE]
+            --stdout FILE --stderr FILE -- ARGV...
+
+Imports are builtins only on the common path (``_signal``, not ``signal``, whose enums
+cost more than the rest of the start-up); the wrapper runs once per agent run.
 
 The environment the wrapper gets is the agent's environment, passed through untouched.
 """
 
-from __future__ import annotations
-
+import _signal  # type: ignore[import-not-found]  # no stubs: the C half of `signal`
 import os
-import signal
 import sys
 import time
 
@@ -59,16 +60,7 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     if len(opts) % 2 or not command:
         raise SystemExit("runwrap: options come in pairs and an argv must follow --")
     parsed = {opts[i].lstrip("-"): opts[i + 1] for i in range(0, len(opts), 2)}
-    required = (
-        "exit-file",
-        "release-file",
-        "store",
-        "stream",
-        "attempt",
-        "parent",
-        "cwd",
-        "stdout",
-    )
+    required = ("exit-file", "store", "stream", "attempt", "cwd", "stdout")
     missing = [name for name in (*required, "stderr") if name not in parsed]
     if missing:
         raise SystemExit(f"runwrap: missing options {missing}")
@@ -136,32 +128,26 @@ def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     return False
 
 
-def _released(path: str) -> bool:
-    # The release names the wrapper it is for: a wrapper left over from a daemon that
-    # died (same run dir, re-materialized) must not take a newer wrapper's release.
-    try:
-        with open(path) as release:
-            return release.read().strip() == str(os.getpid())
-    except OSError:
-        return False
-
-
 def _wait_for_release(opts: dict[str, str]) -> bool:
     """True once the agent may start; False if it must never start."""
-    # The daemon's pid comes as an argument: it may have died before this line runs.
-    parent = int(opts["parent"])
-    delay = 0.002
+    import select  # a builtin-sized extension module, for a wait that notices signals
+
+    me = str(os.getpid()).encode()
+    got = b""
     while True:
-        orphaned = os.getppid() != parent
-        if _released(opts["release-file"]):
-            return True
         if _terminate:
             return False
-        if orphaned:
-            # The daemon cannot commit any more, so what the log says now is final.
+        ready, _, _ = select.select([0], [], [], 0.1)
+        if not ready:
+            continue
+        chunk = os.read(0, 64)
+        if not chunk:
+            # Only the daemon held the write end: it is gone, so what the log says now
+            # is final.
             return _start_recorded(opts["store"], opts["stream"], int(opts["attempt"]))
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        got += chunk
+        if got.endswith(b"\n"):
+            return got.strip() == me
 
 
 def _spawn(opts: dict[str, str], command: list[str]) -> int:
@@ -176,14 +162,14 @@ def _spawn(opts: dict[str, str], command: list[str]) -> int:
         command,
         dict(os.environ),
         file_actions=actions,
-        setsigdef=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE),
+        setsigdef=(_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE),
     )
 
 
 def main(argv: list[str]) -> int:
     opts, command = _parse(argv)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, _on_signal)
     exit_file = opts["exit-file"]
     me = {"wrapper_pid": os.getpid()}
     if not _wait_for_release(opts):

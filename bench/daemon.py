@@ -2,11 +2,13 @@
 
     .venv/bin/python -m bench.daemon [--cells 1000] [--max-parallel 16]
 
-Each cell: git materialize (clone + work branch) -> run `true` in its own process group
--> patch (git add -A + diff) -> verify (`true`) -> recover (store absent: a recorded gap),
-every transition appended to the SQLite log. The baseline, measured in the same run, does the
-same real work (clone, run, patch, verify) with a plain asyncio script and no log, so the
-ratio is the daemon's cost over the work itself.
+Each cell: git materialize (a copy of the prepared checkout of its source and base; every
+cell shares one, made once by a clone + work branch) -> run `true` through the detached run
+wrapper -> patch (git add -A + diff) -> verify (`true`) -> recover (store absent: a recorded
+gap), every transition appended to the SQLite log. The baseline, measured in the same run,
+does the same real work (the same materializer, `true` in its own process group, patch,
+verify) with a plain asyncio script and no log, so the ratio is the daemon's cost (its
+log, and the run wrapper that lets an agent outlive it) over the work itself.
 
 Prints cells/s, daemon overhead per cell (ms), p50/p95 per-step latency (deltas of the cell
 events' recorded_at_ms) and the daemon/baseline wall ratio.
@@ -30,7 +32,7 @@ from pathlib import Path
 from arenad.app import init_home
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home, open_store
-from arenad.materialize.git import materialize_git
+from arenad.materialize import WorkspaceTemplates
 from arenad.patch import extract_patch
 from arenad.submit import submit_campaign
 from arenad.verify import run_verify
@@ -88,13 +90,14 @@ def write_campaign(path: Path, repo: Path, base: str, cells: int, parallel: int)
 
 async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int) -> float:
     sem = asyncio.Semaphore(parallel)
+    templates = WorkspaceTemplates(root / "templates")
 
     async def one(i: int) -> None:
         async with sem:
             run_dir = root / f"c{i:05d}"
             run_dir.mkdir(parents=True)
             ws = run_dir / "ws"
-            await materialize_git(str(repo), base, ws)
+            await templates.materialize(str(repo), base, ws)
             p = await asyncio.create_subprocess_exec(
                 "true", cwd=ws, stdin=subprocess.DEVNULL, start_new_session=True
             )

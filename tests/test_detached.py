@@ -38,6 +38,7 @@ def _clock() -> int:
 
 
 async def _spawn(tmp_path: Path, script: str, timeout_s: float = 30.0) -> DetachedRun:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     return await spawn_detached(
         ["bash", "-c", script],
         cwd=str(tmp_path),
@@ -75,14 +76,17 @@ async def test_agent_is_held_back_until_released(tmp_path: Path) -> None:
 
 
 async def test_a_release_for_another_wrapper_is_not_taken(tmp_path: Path) -> None:
-    # A leftover wrapper of a crashed daemon shares the run dir with the new one.
-    run = await _spawn(tmp_path, "touch started")
-    run.files.release_file.write_text(f"{run.pid + 1}\n")
+    # Two wrappers at once (a leftover of a crashed daemon may share the run dir with the
+    # new one): releasing one does not start the other.
+    held = await _spawn(tmp_path / "held", "touch started")
+    other = await _spawn(tmp_path / "other", "touch started")
+    other.release()
+    assert (await other.wait(_clock)).how == "exited"
     await asyncio.sleep(0.3)
-    assert not (tmp_path / "started").exists()
-    run.release()
-    assert (await run.wait(_clock)).how == "exited"
-    assert (tmp_path / "started").exists()
+    assert not (tmp_path / "held" / "started").exists()
+    held.release()
+    assert (await held.wait(_clock)).how == "exited"
+    assert (tmp_path / "held" / "started").exists()
 
 
 async def test_cancel_unreleased_starts_nothing(tmp_path: Path) -> None:

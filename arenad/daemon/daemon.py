@@ -30,6 +30,7 @@ from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
 from arenad.ingest.watcher import start_observer, stop_observer
 from arenad.lease import DaemonLease
+from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
 from arenad.store.sqlite import SqliteEventStore
 from arenad.waiting import wait_for_event
@@ -55,6 +56,8 @@ _SCHEDULE_TAGS = frozenset(
 )
 
 DAEMON_STREAM = "daemon"
+# Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
+WORKSPACE_TEMPLATES = "workspace-templates"
 CONTROL_STREAM = "control"
 
 
@@ -111,6 +114,8 @@ class Daemon:
         self.fatal: BaseException | None = None
         # One watchdog observer (one inotify instance and thread) for every run followed.
         self.observer: BaseObserver | None = None
+        # Prepared checkouts, one per (source, base), copied for each git workspace.
+        self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
 
     # -- control -----------------------------------------------------------------
 
@@ -182,7 +187,9 @@ class Daemon:
         )
 
     def _start(self, cell_id: str) -> None:
-        runner = CellRunner(self.store, self.config, cell_id, self.clock, self.observer)
+        runner = CellRunner(
+            self.store, self.config, cell_id, self.clock, self.observer, self.templates
+        )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task
@@ -241,6 +248,7 @@ class Daemon:
             ],
         )
         self.observer = await asyncio.to_thread(start_observer, "ingestion")
+        await asyncio.to_thread(self.templates.clear)
         follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
         proposer_stop = asyncio.Event()
         paths = ProposerPaths.for_home(
@@ -282,6 +290,7 @@ class Daemon:
                 await proposer
             if self.observer is not None:
                 await asyncio.to_thread(stop_observer, self.observer)
+            await asyncio.to_thread(self.templates.clear)
             if self.fatal is None:
                 await self.store.append(
                     DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]

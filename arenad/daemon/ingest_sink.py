@@ -7,11 +7,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from arenad.store.base import EventStore
+from arenad.store.base import AppendRequest, EventStore
 from arenad.usage import fold_oc_usage
 from events.base import Event
 from events.cell import SoloUsage
-from events.ingest import LineIngested
+from events.ingest import IngestionClosed, LineIngested
 
 
 def ingest_stream(cell_id: str, attempt: int) -> str:
@@ -19,22 +19,40 @@ def ingest_stream(cell_id: str, attempt: int) -> str:
 
 
 class IngestSink:
-    def __init__(self, store: EventStore, stream: str) -> None:
+    """Appends what the watcher ingests. With ``hold_close``, the watcher's last batch (the
+    one that ends in IngestionClosed) is held for the caller to append together with the
+    run's end, in one transaction (:meth:`take_held`): a crash cannot separate the two,
+    and a restart that finds neither ingests from the recorded offsets again."""
+
+    def __init__(self, store: EventStore, stream: str, *, hold_close: bool = False) -> None:
         self.store = store
         self.stream = stream
         self.version = 0
         self.appended = 0
+        self.hold_close = hold_close
+        self._held: list[Event] | None = None
 
-    async def open(self) -> int:
-        self.version = await self.store.stream_version(self.stream)
+    async def open(self, *, new: bool = False) -> int:
+        """Read the stream's version; ``new``: the caller knows it has no events yet."""
+        if not new:
+            self.version = await self.store.stream_version(self.stream)
         return self.version
 
     async def append(self, events: Sequence[Event]) -> None:
         if not events:
             return
+        if self.hold_close and isinstance(events[-1], IngestionClosed):
+            self._held = list(events)
+            self.appended += len(events)
+            return
         recorded = await self.store.append(self.stream, self.version, list(events))
         self.version = recorded[-1].version
         self.appended += len(recorded)
+
+    def take_held(self) -> list[AppendRequest]:
+        """The held closing batch as an append request (none if nothing is held)."""
+        held, self._held = self._held, None
+        return [] if held is None else [AppendRequest(self.stream, self.version, held)]
 
 
 def stdout_objects(events: Sequence[Event]) -> list[dict[str, Any]]:

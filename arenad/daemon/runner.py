@@ -4,7 +4,12 @@
     materialized -> launch the arm                     -> RunStarted
     running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
     ended        -> patch + verify (+ judge)           -> CellVerified (+ JudgeVerdictRecorded)
+                    + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
+
+Verify and recovery share one transaction, except for the supervisor arm (its recovery
+writes result.json after the append); a cell found verified (written apart, or by an
+earlier version) is recovered on its own.
 
 Every step reads what it needs from the cell's state (a fold of its stream) and
 writes its outcome as events; a step that fails for an infrastructure reason
@@ -20,7 +25,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -42,8 +47,9 @@ from arenad.detached import DetachedRun, RunEnd, RunFiles, spawn_detached
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.judge import run_judge
-from arenad.materialize import MaterializeError, materialize
+from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
 from arenad.patch import extract_patch
+from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from arenad.verify import run_verify
 from arenad.waiting import wait_for_event
@@ -73,6 +79,7 @@ class CellRunner:
         cell_id: str,
         clock: Clock,
         observer: BaseObserver | None = None,
+        templates: WorkspaceTemplates | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -80,6 +87,8 @@ class CellRunner:
         self.clock = clock
         # The daemon's watchdog observer, shared by every run it follows.
         self.observer = observer
+        # The daemon's prepared checkouts for git workspaces (None: a fresh clone each).
+        self.templates = templates
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
@@ -194,11 +203,8 @@ class CellRunner:
         try:
             # No run of this attempt was recorded, so anything here is debris of a daemon
             # that died before starting one: start clean.
-            if run_dir.exists():
-                await asyncio.to_thread(shutil.rmtree, run_dir)
-            run_dir.mkdir(parents=True)
-            await asyncio.to_thread(prepare_cell_env, run_dir, dict(self.config.base_env))
-            result = await materialize(state.spec, ws)
+            await asyncio.to_thread(_fresh_run_dir, run_dir, dict(self.config.base_env))
+            result = await materialize(state.spec, ws, templates=self.templates)
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
@@ -292,7 +298,7 @@ class CellRunner:
             await run.cancel_unreleased()
             raise
         run.release()
-        await self._follow_run(state, ctx, run)
+        await self._follow_run(state, ctx, run, new=True)
 
     async def resume_running(self, state: CellState) -> None:
         """A run an earlier daemon recorded: adopt it if it still runs, else record how it
@@ -327,14 +333,26 @@ class CellRunner:
             )
         await self._follow_run(state, ctx, run)
 
-    async def _follow_run(self, state: CellState, ctx: ArmContext, run: DetachedRun) -> None:
-        """Ingest the run's files live until it ends, then record how it ended."""
+    async def _follow_run(
+        self, state: CellState, ctx: ArmContext, run: DetachedRun, *, new: bool = False
+    ) -> None:
+        """Ingest the run's files live until it ends, then record how it ended.
+
+        ``new``: this daemon just recorded the run's start, so its ingest stream is known
+        to be empty (nothing ingests before a RunStarted) and is not read. The watcher's
+        closing batch is appended with the run's end, in one transaction; a supervisor's
+        outcome is read from that stream, so its closing batch goes first, on its own.
+        """
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt))
-        await sink.open()
-        watcher = await self._start_watcher(ctx, sink)
+        sink = IngestSink(
+            self.store,
+            ingest_stream(self.cell_id, state.attempt),
+            hold_close=not isinstance(state.spec.arm, SupervisorArm),
+        )
+        await sink.open(new=new)
+        watcher = await self._start_watcher(ctx, sink, new=new)
         hangs = (
             asyncio.create_task(self._watch_for_hangs(state.attempt, run, sink))
             if self.config.hang_after_s
@@ -353,9 +371,15 @@ class CellRunner:
                 await asyncio.gather(hangs, return_exceptions=True)
         if watcher is not None:
             await watcher.close()
-        await self._record_end(state, ctx, end)
+        await self._record_end(state, ctx, end, also=sink.take_held())
 
-    async def _record_end(self, state: CellState, ctx: ArmContext, end: RunEnd) -> None:
+    async def _record_end(
+        self,
+        state: CellState,
+        ctx: ArmContext,
+        end: RunEnd,
+        also: Sequence[AppendRequest] = (),
+    ) -> None:
         started_at = state.run.started_at_ms if state.run is not None else end.ended_at_ms
         wall_s = max(0.0, (end.ended_at_ms - started_at) / 1000)
         attempt = state.attempt
@@ -379,17 +403,33 @@ class CellRunner:
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
                 await self._fail(
-                    state, "launch", end.reason or "the agent did not start", retryable=True
+                    state,
+                    "launch",
+                    end.reason or "the agent did not start",
+                    retryable=True,
+                    also=also,
                 )
                 return
         events: list[Event] = [outcome]
         if isinstance(state.spec.arm, SupervisorArm):
             events.append(await self._supervisor_outcome(attempt, ctx))
-        await self.writer.append(events)
+        await self._append_with(events, also)
 
-    async def _start_watcher(self, ctx: ArmContext, sink: IngestSink) -> RunDirWatcher | None:
+    async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
+        """Append to the cell with ``also`` in the same transaction; if the cell moved on
+        meanwhile, ``also`` (facts about what was ingested) is still recorded on its own."""
+        try:
+            await self.writer.append(events, also=also)
+        except CellMovedOn:
+            if also:
+                await self.store.append_many(list(also))
+            raise
+
+    async def _start_watcher(
+        self, ctx: ArmContext, sink: IngestSink, *, new: bool = False
+    ) -> RunDirWatcher | None:
         """Watch what the arm writes while it runs, resuming at the recorded offsets."""
-        recorded = await self.store.read_stream(sink.stream)
+        recorded = [] if new else await self.store.read_stream(sink.stream)
         positions = fold_positions(recorded)
         if positions.closed:
             return None
@@ -497,19 +537,34 @@ class CellRunner:
                     env=ctx.env,
                 )
             )
-        await self.writer.append(events)
+        if isinstance(spec.arm, SupervisorArm):
+            await self.writer.append(events)
+            return
+        # Recovery reads only the agent's store and the ingest stream, so it goes into the
+        # verdict's transaction: one append and one scheduling round less per cell. A
+        # crash before it redoes both steps; recovery failing records the verdict first.
+        try:
+            captures, recovered = await self._recover_parts(state, ctx)
+        except Exception:
+            await self.writer.append(events)
+            raise
+        await self.writer.append([*events, recovered], also=captures)
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
         if isinstance(state.spec.arm, SupervisorArm):
             await self._recover_supervisor(state, ctx)
             return
+        captures, recovered = await self._recover_parts(state, ctx)
+        await self.writer.append([recovered], also=captures)
+
+    async def _recover_parts(
+        self, state: CellState, ctx: ArmContext
+    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
+        """The captures of the agent's own store and the CellRecovered that sums them."""
         usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
         db_path = Path(cell_paths(ctx.run_dir).opencode_db)
-        events, recovered = await asyncio.to_thread(
-            recover_events, db_path, self.cell_id, state, usage
-        )
-        await self.writer.append([recovered], also=events)
+        return await asyncio.to_thread(recover_events, db_path, self.cell_id, state, usage)
 
     async def _recover_supervisor(self, state: CellState, ctx: ArmContext) -> None:
         recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
@@ -523,7 +578,15 @@ class CellRunner:
             (ctx.run_dir / "result.json").write_text, json.dumps(doc, indent=1) + "\n"
         )
 
-    async def _fail(self, state: CellState, stage: str, error: str, *, retryable: bool) -> None:
+    async def _fail(
+        self,
+        state: CellState,
+        stage: str,
+        error: str,
+        *,
+        retryable: bool,
+        also: Sequence[AppendRequest] = (),
+    ) -> None:
         """Record an infrastructure failure, and the policy's new attempt in the same
         transaction when it asks for one (so a crash cannot separate the two)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
@@ -537,7 +600,15 @@ class CellRunner:
         retry = policy_retry(
             apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
         )
-        await self.writer.append([failure] if retry is None else [failure, retry])
+        await self._append_with([failure] if retry is None else [failure, retry], also)
+
+
+def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
+    """An empty run dir with the cell's private environment in it (one thread hop)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    prepare_cell_env(run_dir, base_env)
 
 
 def _size(path: Path) -> int:

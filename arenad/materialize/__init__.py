@@ -7,6 +7,7 @@ from pathlib import Path
 
 from arenad.materialize.git import materialize_git
 from arenad.materialize.image import container_name, default_image_name, materialize_image
+from arenad.materialize.templates import WorkspaceTemplates
 from arenad.materialize.workspace import (
     GIT_TIMEOUT_S,
     WORK_BRANCH,
@@ -20,6 +21,7 @@ __all__ = [
     "WORK_BRANCH",
     "MaterializeError",
     "MaterializeResult",
+    "WorkspaceTemplates",
     "container_name",
     "default_image_name",
     "materialize",
@@ -34,11 +36,13 @@ async def materialize(
     *,
     docker: str = "docker",
     git: str = "git",
+    templates: WorkspaceTemplates | None = None,
 ) -> MaterializeResult:
     """Materialize the cell's workspace at ``dest`` per ``spec.materializer``.
 
     image: ``spec.instance.image`` or the SWE-bench default name for the instance.
-    git: ``spec.materializer.source`` (a local path or URL) is required.
+    git: ``spec.materializer.source`` (a local path or URL) is required; with
+    ``templates``, the workspace is a copy of that (source, base)'s prepared checkout.
     """
     instance = spec.instance
     target = Path(dest)
@@ -55,4 +59,6 @@ async def materialize(
     source = spec.materializer.source
     if not source:
         raise MaterializeError("config", "the git materializer needs materializer.source")
+    if templates is not None:
+        return await templates.materialize(source, instance.base_commit, target, git=git)
     return await materialize_git(source, instance.base_commit, target, git=git)

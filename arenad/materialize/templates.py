@@ -1,0 +1,167 @@
+"""Prepared checkouts: one real clone per (source, base), copied for every cell that needs it.
+
+A git workspace is ``git clone --no-checkout`` + ``checkout -B hh-work <base>`` + a status
+check: three git processes (the clone starts two more, ``sh`` and ``git-upload-pack``)
+and ~50 new files and dirs. Arms and reps of one instance share the same source and base,
+so the daemon does that once per (source, base), in a template dir it owns, and gives each
+cell a copy made in-process: directories and files are created afresh, and the object
+store is hard-linked, exactly as ``clone --local`` links the source's objects (git never
+writes an object file in place). Reflogs, index, config, refs and the work tree are real
+copies, so nothing a cell does reaches the template or another cell.
+
+What a copy differs in from a fresh clone: file times and inode numbers (git notices the
+index's stale stat data and re-reads those files on its next refresh, with the same
+result), and the clone's moment: its ``origin/*`` refs and reflog times are those of the
+template's clone, made by this daemon. The base commit, the work tree and the branch are
+the same bytes. Templates live under ``<root>``, which the daemon empties when it starts
+and stops; at most ``keep`` are kept (least recently used first out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+from collections import OrderedDict
+from pathlib import Path
+
+from arenad.materialize.git import materialize_git
+from arenad.materialize.workspace import (
+    GIT_TIMEOUT_S,
+    MaterializeError,
+    MaterializeResult,
+    prepare_dest,
+)
+
+
+class WorkspaceTemplates:
+    def __init__(self, root: Path, *, keep: int = 16) -> None:
+        self.root = root
+        self.keep = keep
+        self._ready: OrderedDict[str, asyncio.Future[MaterializeResult]] = OrderedDict()
+        self._busy: dict[str, int] = {}
+        self._serial = 0
+
+    def clear(self) -> None:
+        """Remove every template (blocking: call from a thread, at start and stop)."""
+        self._ready.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    async def materialize(
+        self,
+        source: str,
+        base: str,
+        dest: Path,
+        *,
+        git: str = "git",
+        timeout_s: float = GIT_TIMEOUT_S,
+    ) -> MaterializeResult:
+        """What ``materialize_git(source, base, dest)`` gives, from the (source, base)
+        template; the template is made on first use (a failure is raised, not kept)."""
+        key = hashlib.sha256(f"{os.path.abspath(source)}\0{base}".encode()).hexdigest()[:24]
+        # Busy from the start: a template in use (or awaited) is never evicted.
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            template = await self._template(key, source, base, git, timeout_s)
+            try:
+                await asyncio.to_thread(_copy_workspace, Path(template.workspace), dest)
+            except OSError as exc:
+                raise MaterializeError("cp-fail", f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._busy[key] -= 1
+            if not self._busy[key]:
+                del self._busy[key]
+        return MaterializeResult(
+            workspace=os.fspath(dest),
+            head=template.head,
+            clean=template.clean,
+            materializer="git",
+            detail=source,
+        )
+
+    async def _template(
+        self, key: str, source: str, base: str, git: str, timeout_s: float
+    ) -> MaterializeResult:
+        pending = self._ready.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._ready[key] = pending
+            try:
+                pending.set_result(await self._build(key, source, base, git, timeout_s))
+            except BaseException as exc:
+                if self._ready.get(key) is pending:
+                    del self._ready[key]
+                if isinstance(exc, asyncio.CancelledError):
+                    pending.cancel()
+                else:
+                    pending.set_exception(exc)
+                    pending.exception()  # retrieved: a failure nobody awaited is not logged
+                raise
+            await self._evict()
+        else:
+            self._ready.move_to_end(key)
+        return await asyncio.shield(pending)
+
+    async def _build(
+        self, key: str, source: str, base: str, git: str, timeout_s: float
+    ) -> MaterializeResult:
+        self._serial += 1
+        partial = self.root / f"{key}.partial-{self._serial}"
+        final = self.root / key
+        try:
+            result = await materialize_git(source, base, partial, git=git, timeout_s=timeout_s)
+            await asyncio.to_thread(_replace_dir, partial, final)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, partial, True)
+        return MaterializeResult(
+            workspace=os.fspath(final),
+            head=result.head,
+            clean=result.clean,
+            materializer="git",
+            detail=source,
+        )
+
+    async def _evict(self) -> None:
+        while len(self._ready) > self.keep:
+            victim = next((k for k in self._ready if k not in self._busy), None)
+            if victim is None:
+                return
+            done = self._ready.pop(victim)
+            if done.done() and not done.exception():
+                await asyncio.to_thread(shutil.rmtree, done.result().workspace, True)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(src, dst)
+
+
+def _copy_workspace(template: Path, dest: Path) -> None:
+    """Copy ``template`` to ``dest`` (replacing it): git's object store hard-linked (a copy
+    where a link is refused), everything else copied with its mode and times."""
+    prepare_dest(dest)
+    _copy_dir(template, dest, link_files=False)
+
+
+def _copy_dir(src: Path, dst: Path, *, link_files: bool) -> None:
+    os.mkdir(dst)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            target = dst / entry.name
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), target)
+            elif entry.is_dir():
+                objects = link_files or (entry.name == "objects" and src.name == ".git")
+                _copy_dir(Path(entry.path), target, link_files=objects)
+            elif link_files:
+                try:
+                    os.link(entry.path, target)
+                except OSError:
+                    shutil.copy2(entry.path, target)
+            else:
+                shutil.copy2(entry.path, target, follow_symlinks=False)
+    with contextlib.suppress(OSError):
+        shutil.copystat(src, dst)
