@@ -82,6 +82,11 @@ _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(AnyEvent)
 _raw_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
 
+# Decode a payload by its own ``type`` alone: only for a row whose envelope tag and
+# schema version match ``CURRENT_SHAPE`` (check the result's class against it). The
+# bound method itself, not a wrapper: a replay calls it once per event.
+decode_current_payload: Callable[[bytes | str], Event] = _decoder.decode
+
 
 class UnknownEventError(ValueError):
     """A row this version of arenad cannot read: an unknown tag, a schema version newer
@@ -111,12 +116,6 @@ def event_type(tag: str) -> type[Event]:
         return _BY_TAG[tag]
     except KeyError:
         raise UnknownEventError(f"unknown event tag {tag!r}") from None
-
-
-def decode_current_payload(payload: bytes | str) -> Event:
-    """Decode a payload by its own ``type`` alone: only for a row whose envelope tag and
-    schema version match ``CURRENT_SHAPE`` (check the result's class against it)."""
-    return _decoder.decode(payload)  # type: ignore[no-any-return]
 
 
 def encode_event(event: Event) -> bytes:
