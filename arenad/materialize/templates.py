@@ -27,6 +27,8 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
+import msgspec
+
 from arenad.materialize.git import materialize_git
 from arenad.materialize.workspace import (
     GIT_TIMEOUT_S,
@@ -73,13 +75,7 @@ class WorkspaceTemplates:
             self._busy[key] -= 1
             if not self._busy[key]:
                 del self._busy[key]
-        return MaterializeResult(
-            workspace=os.fspath(dest),
-            head=template.head,
-            clean=template.clean,
-            materializer="git",
-            detail=source,
-        )
+        return msgspec.structs.replace(template, workspace=os.fspath(dest))
 
     async def _template(
         self, key: str, source: str, base: str, git: str, timeout_s: float
@@ -115,13 +111,7 @@ class WorkspaceTemplates:
             await asyncio.to_thread(_replace_dir, partial, final)
         finally:
             await asyncio.to_thread(shutil.rmtree, partial, True)
-        return MaterializeResult(
-            workspace=os.fspath(final),
-            head=result.head,
-            clean=result.clean,
-            materializer="git",
-            detail=source,
-        )
+        return msgspec.structs.replace(result, workspace=os.fspath(final))
 
     async def _evict(self) -> None:
         while len(self._ready) > self.keep:
