@@ -100,10 +100,8 @@ class CellsProjector:
         return is_cell_stream(stream)
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
-        mine = [r for r in batch if is_cell_stream(r.stream)]
-        if not mine:
-            return
-        ids = sorted({r.stream[len("cell/") :] for r in mine})
+        # The store hands over only cell streams' events (``wants``), never none.
+        ids = sorted({r.stream[len("cell/") :] for r in batch})
         states: dict[str, CellState | None] = dict.fromkeys(ids)
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
@@ -113,7 +111,7 @@ class CellsProjector:
             ):
                 states[str(cell_id)] = decode_state(blob)
         last: dict[str, int] = {}
-        for r in mine:
+        for r in batch:
             cell_id = r.stream[len("cell/") :]
             state = apply(states[cell_id], r.event, r.recorded_at_ms)
             if state.cell_id != cell_id:

@@ -97,12 +97,20 @@ class Projector(Protocol):
     def tables(self) -> tuple[str, ...]: ...
 
     def wants(self, stream: str) -> bool:
-        """Whether ``apply`` needs this stream's events: an append hands it only those
-        (and skips it when there are none), so the projector costs nothing per event
-        of the streams it ignores. ``rebuild`` hands it every event."""
+        """Whether ``apply`` needs this stream's events: appends and ``rebuild`` hand it
+        only those (and skip it when there are none), so the projector costs nothing
+        per event of the streams it ignores."""
         ...
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None: ...
+
+
+async def _project(
+    projector: Projector, db: aiosqlite.Connection, batch: Sequence[Recorded]
+) -> None:
+    """Hand a projector its streams' events of a batch (it is not called for none)."""
+    if batch:
+        await projector.apply(db, batch)
 
 
 def _decode_rows(rows: Iterable[Any]) -> list[Recorded]:
@@ -198,7 +206,6 @@ class SqliteEventStore(EventStore):
         self._checkpointer = checkpointer
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._unchecked_bytes = 0
-        self._pending_bytes = 0
         self.path = path
         self._clock = clock
         self._projectors = list(projectors)
@@ -303,11 +310,11 @@ class SqliteEventStore(EventStore):
             faults = self._faults
             tags = _tags(work) if faults is not None else set()
             try:
-                done = await self._append_in_transaction(work)
+                done, wal_bytes = await self._append_in_transaction(work)
                 if faults is not None:
                     faults.before_commit(tags)
                 await self._db.execute("COMMIT")
-                self._count_for_checkpoint(self._pending_bytes)
+                self._count_for_checkpoint(wal_bytes)
                 if faults is not None:
                     await self._inject(faults.after_commit(tags))
             except BaseException as exc:
@@ -354,7 +361,9 @@ class SqliteEventStore(EventStore):
 
     async def _append_in_transaction(
         self, requests: Sequence[AppendRequest]
-    ) -> list[list[Recorded]]:
+    ) -> tuple[list[list[Recorded]], int]:
+        """The appended events per request, and the WAL bytes the commit will write
+        (an estimate, for the background checkpoint)."""
         seq, prev, versions = await self._head_and_versions({r.stream for r in requests})
         now = int(self._clock())
         rows: list[tuple[int, str, int, str, int, int, bytes, bytes]] = []
@@ -397,17 +406,18 @@ class SqliteEventStore(EventStore):
         await self._db.executemany(_INSERT, rows)
         for projector in self._projectors:
             wants = projector.wants
-            batch = [
-                r
-                for request, done in zip(requests, result, strict=True)
-                if wants(request.stream)
-                for r in done
-            ]
-            if batch:
-                await projector.apply(self._db, batch)
+            await _project(
+                projector,
+                self._db,
+                [
+                    r
+                    for request, done in zip(requests, result, strict=True)
+                    if wants(request.stream)
+                    for r in done
+                ],
+            )
         await self._db.execute("UPDATE log_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
-        self._pending_bytes = nbytes + _ROW_OVERHEAD * len(rows) + _COMMIT_OVERHEAD
-        return result
+        return result, nbytes + _ROW_OVERHEAD * len(rows) + _COMMIT_OVERHEAD
 
     async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int]]:
         """The chain's head and the streams' versions, in one round trip for most batches."""
@@ -595,7 +605,8 @@ class SqliteEventStore(EventStore):
                     if not batch:
                         break
                     for projector in self._projectors:
-                        await projector.apply(self._db, batch)
+                        wants = projector.wants
+                        await _project(projector, self._db, [r for r in batch if wants(r.stream)])
                     count += len(batch)
                     position = batch[-1].seq
                 await self._db.execute("COMMIT")
