@@ -18,30 +18,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import marshal
 import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from arenad import proc, runwrap
 from arenad.clock import Clock
 
+log = logging.getLogger("arenad.detached")
+_Spawned = tuple[int, int | None, "asyncio.Future[None]"]
+
 WRAPPER = Path(runwrap.__file__).resolve()
-# The wrapper is imported, not run as a script, so its bytecode is cached rather than
-# compiled on every start. Its dir goes last on the path: stdlib names win over arenad's.
-# It opens its own log (argv[1]) first thing: created in the child, not in the spawn's file
-# actions, where the daemon would wait on it with its GIL held.
-_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-_BOOT = (
-    f"import os, sys; fd = os.open(sys.argv[1], {_LOG_FLAGS}, 0o644); os.dup2(fd, 1);"
-    " os.dup2(fd, 2); os.close(fd);"
-    f" sys.path.append({str(WRAPPER.parent)!r}); import runwrap;"
-    " sys.exit(runwrap.main(sys.argv[2:]))"
+# The launcher imports the wrapper (and is imported itself, so both have cached bytecode);
+# their dir goes last on the path: stdlib names win over arenad's.
+_LAUNCHER_BOOT = (
+    f"import sys; sys.path.append({str(WRAPPER.parent)!r}); import launcher, runwrap;"
+    " sys.exit(launcher.main(runwrap.main))"
 )
+# Bounds a launcher's exit once told to (it exits at once; a stuck one is killed).
+_LAUNCHER_EXIT_S = 5.0
+MAX_MESSAGE = 1 << 20
+# How long a run's end waits for the launcher to reap its wrapper (it does so at once).
+_REAP_WAIT_S = 1.0
 EXIT_FILE = "arenad.exit.json"
 WRAPPER_LOG = "arenad.wrapper.log"
 
@@ -128,7 +134,7 @@ class DetachedRun:
         started_at_ms: int,
         deadline_ms: int,
         kill_grace_s: float,
-        is_child: bool,
+        reaped: asyncio.Future[None] | None = None,
         gone_timeout_s: float = proc.DEFAULT_GONE_TIMEOUT_S,
         release_fd: int | None = None,
     ) -> None:
@@ -140,7 +146,8 @@ class DetachedRun:
         self.started_at_ms = started_at_ms
         self.deadline_ms = deadline_ms
         self.kill_grace_s = kill_grace_s
-        self.is_child = is_child
+        # Set once the launcher has reaped the wrapper (only for a wrapper started here).
+        self._reaped = reaped
         self.gone_timeout_s = gone_timeout_s
         self._abort = asyncio.Event()
         self._abort_reason: str | None = None
@@ -166,7 +173,6 @@ class DetachedRun:
             started_at_ms=started_at_ms,
             deadline_ms=deadline_ms,
             kill_grace_s=kill_grace_s,
-            is_child=False,
         )
 
     @property
@@ -206,7 +212,7 @@ class DetachedRun:
         self.kill_now()
         try:
             await self._wait_exit(asyncio.get_running_loop())
-            self._reap()
+            await self._until_reaped()
         finally:
             # Only now: an end-of-file would send a live wrapper to the log.
             if self._release_fd is not None:
@@ -230,7 +236,7 @@ class DetachedRun:
                 timed_out = not aborted
                 await proc.terminate_group(self.pgid, self.kill_grace_s, self.gone_timeout_s, sent)
                 await exited
-            self._reap()
+            await self._until_reaped()
             if not (timed_out or aborted) and proc.group_alive(self.pgid):
                 # The agent left members behind in its group: they must not outlive the run.
                 leftovers = True
@@ -300,12 +306,168 @@ class DetachedRun:
         finally:
             os.close(fd)
 
-    def _reap(self) -> None:
-        # Only the daemon that started the wrapper is its parent; an adopted one is reaped
-        # by whoever inherited it.
-        if self.is_child:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, os.WNOHANG)
+    async def _until_reaped(self) -> None:
+        # An exited wrapper stays a zombie, and its group alive to killpg, until reaped;
+        # the launcher says when it has reaped it. Without that word (an adopted run, or a
+        # launcher that died) liveness checks look past zombies in /proc instead.
+        if self._reaped is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_REAP_WAIT_S):
+                await asyncio.shield(self._reaped)
+
+
+class WrapperLauncher:
+    """The daemon's end of ``arenad/launcher.py``: started on first use, asked for each
+    wrapper, restarted if it dies. One per daemon; :meth:`close` ends it (running wrappers
+    are not its to end: they outlive it, as they outlive the daemon)."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._pid: int | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
+        self._next_id = 0
+        # Request id -> the reply: (pid, start ticks, the wrapper's reaped future).
+        self._pending: dict[int, asyncio.Future[_Spawned]] = {}
+        self._reaped: dict[int, asyncio.Future[None]] = {}
+
+    @property
+    def pid(self) -> int | None:
+        """The running launcher's pid (None before first use, or after it exited)."""
+        return self._pid
+
+    async def spawn(
+        self, log: str, args: list[str], env: Mapping[str, str], release_r: int
+    ) -> tuple[int, int | None, asyncio.Future[None]]:
+        """A new wrapper (pid, start ticks, and a future set once it has been reaped)
+        with ``release_r`` as its stdin; the caller keeps (and closes) its own copy."""
+        sock = await self._running()
+        loop = asyncio.get_running_loop()
+        self._next_id += 1
+        request_id = self._next_id
+        reply: asyncio.Future[_Spawned] = loop.create_future()
+        self._pending[request_id] = reply
+        try:
+            message = marshal.dumps(("spawn", request_id, log, args, dict(env)))
+            await _send_with_fd(loop, sock, message, release_r)
+            return await reply
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def close(self) -> None:
+        sock, pid, reader = self._sock, self._pid, self._reader
+        if sock is None or pid is None or reader is None:
+            return
+        # End-of-file tells the launcher to exit; its end-of-file back ends the reader,
+        # which reaps it.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        try:
+            async with asyncio.timeout(_LAUNCHER_EXIT_S):
+                await asyncio.shield(reader)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await reader
+
+    async def _running(self) -> socket.socket:
+        async with self._starting:
+            if self._sock is None:
+                self._start()
+            assert self._sock is not None
+            return self._sock
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER_BOOT]
+            # Its own session: a terminal's ^C reaches the daemon, not the launcher (it
+            # exits when the daemon's end closes).
+            self._pid = os.posix_spawn(
+                sys.executable,
+                argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise proc.SpawnError(
+                [sys.executable, "-c", "launcher"], f"{type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(ours, self._pid), name="wrapper launcher"
+        )
+
+    async def _read(self, sock: socket.socket, pid: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while data := await loop.sock_recv(sock, MAX_MESSAGE):
+                self._dispatch(marshal.loads(data), loop)
+        except OSError as exc:
+            log.warning("wrapper launcher %d: %s", pid, exc)
+        finally:
+            self._sock = None
+            self._pid = None
+            self._reader = None
+            sock.close()
+            gone = proc.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
+            for reply in self._pending.values():
+                if not reply.done():
+                    reply.set_exception(gone)
+            # Nobody will say when these are reaped now: their waiters fall back to /proc.
+            for reaped in self._reaped.values():
+                if not reaped.done():
+                    reaped.set_result(None)
+            self._reaped.clear()
+            await asyncio.to_thread(_reap_quietly, pid)
+
+    def _dispatch(self, message: tuple[Any, ...], loop: asyncio.AbstractEventLoop) -> None:
+        kind = message[0]
+        if kind == "spawned":
+            _, request_id, pid, start_ticks = message
+            reaped = self._reaped[pid] = loop.create_future()
+            reply = self._pending.get(request_id)
+            if reply is not None and not reply.done():
+                reply.set_result((pid, start_ticks, reaped))
+        elif kind == "error":
+            _, request_id, text = message
+            reply = self._pending.get(request_id)
+            if reply is not None and not reply.done():
+                reply.set_exception(proc.SpawnError([sys.executable, "-c", "launcher"], text))
+        elif kind == "reaped":
+            done = self._reaped.pop(message[1], None)
+            if done is not None and not done.done():
+                done.set_result(None)
+
+
+def _reap_quietly(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+async def _send_with_fd(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fd: int
+) -> None:
+    while True:
+        try:
+            socket.send_fds(sock, [message], [fd])
+            return
+        except BlockingIOError:
+            writable: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(sock, writable.set_result, None)
+            try:
+                await writable
+            finally:
+                loop.remove_writer(sock)
 
 
 async def spawn_detached(
@@ -320,8 +482,10 @@ async def spawn_detached(
     timeout_s: float,
     kill_grace_s: float,
     clock: Clock,
+    launcher: WrapperLauncher,
 ) -> DetachedRun:
-    """Start the wrapper, holding the agent back until :meth:`DetachedRun.release`."""
+    """Start the wrapper (forked by ``launcher``), holding the agent back until
+    :meth:`DetachedRun.release`."""
     if not argv:
         raise proc.SpawnError(list(argv), "empty argv")
     with contextlib.suppress(FileNotFoundError):
@@ -344,36 +508,27 @@ async def spawn_detached(
     ]
     if files.stdin is not None:
         options += ["--stdin", files.stdin]
-    log = str(Path(files.run_dir) / WRAPPER_LOG)
-    wrapper_argv = [sys.executable, "-I", "-S", "-c", _BOOT, log, *options, "--", *argv]
+    log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release pipe: the wrapper's stdin; the write end stays here (close-on-exec, so no
-    # other child inherits it) until release() or cancel_unreleased().
+    # child inherits it) until release() or cancel_unreleased().
     release_r, release_w = os.pipe()
     try:
-        pid = os.posix_spawn(
-            sys.executable,
-            wrapper_argv,
-            dict(env),
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, release_r, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
-            ],
-            setsid=True,
+        pid, start_ticks, reaped = await launcher.spawn(
+            log_path, [*options, "--", *argv], env, release_r
         )
-    except OSError as exc:
+    except BaseException:
         os.close(release_w)
-        raise proc.SpawnError(wrapper_argv, f"{type(exc).__name__}: {exc}") from exc
+        raise
     finally:
         os.close(release_r)
     started_at_ms = clock()
     return DetachedRun(
         pid=pid,
-        start_ticks=proc.read_start_ticks(pid),
+        start_ticks=start_ticks,
         files=files,
         started_at_ms=started_at_ms,
         deadline_ms=started_at_ms + round(timeout_s * 1000),
         kill_grace_s=kill_grace_s,
-        is_child=True,
+        reaped=reaped,
         release_fd=release_w,
     )

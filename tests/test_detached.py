@@ -14,12 +14,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from arenad import proc
-from arenad.detached import DetachedRun, RunFiles, read_exit_record, spawn_detached
+from arenad.detached import (
+    DetachedRun,
+    RunFiles,
+    WrapperLauncher,
+    read_exit_record,
+    spawn_detached,
+)
 from arenad.store.sqlite import SqliteEventStore
 from events.cell import RunStarted
 
@@ -37,12 +44,27 @@ def _clock() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def _spawn(tmp_path: Path, script: str, timeout_s: float = 30.0) -> DetachedRun:
+@pytest.fixture
+async def launcher() -> AsyncIterator[WrapperLauncher]:
+    launcher = WrapperLauncher()
+    try:
+        yield launcher
+    finally:
+        await launcher.close()
+
+
+async def _spawn(
+    tmp_path: Path,
+    script: str,
+    launcher: WrapperLauncher,
+    timeout_s: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> DetachedRun:
     tmp_path.mkdir(parents=True, exist_ok=True)
     return await spawn_detached(
         ["bash", "-c", script],
         cwd=str(tmp_path),
-        env=dict(os.environ),
+        env=dict(os.environ) if env is None else env,
         files=_files(tmp_path),
         store_path=tmp_path / "absent.db",
         stream=STREAM,
@@ -50,11 +72,14 @@ async def _spawn(tmp_path: Path, script: str, timeout_s: float = 30.0) -> Detach
         timeout_s=timeout_s,
         kill_grace_s=0.5,
         clock=_clock,
+        launcher=launcher,
     )
 
 
-async def test_released_agent_runs_and_its_exit_is_recorded(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "echo out; echo err >&2; pwd; exit 7")
+async def test_released_agent_runs_and_its_exit_is_recorded(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn(tmp_path, "echo out; echo err >&2; pwd; exit 7", launcher)
     assert run.alive
     run.release()
     end = await run.wait(_clock)
@@ -66,8 +91,8 @@ async def test_released_agent_runs_and_its_exit_is_recorded(tmp_path: Path) -> N
     assert not proc.group_alive(run.pgid)
 
 
-async def test_agent_is_held_back_until_released(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "touch started")
+async def test_agent_is_held_back_until_released(tmp_path: Path, launcher: WrapperLauncher) -> None:
+    run = await _spawn(tmp_path, "touch started", launcher)
     await asyncio.sleep(0.3)  # long enough for an unheld agent to have started
     assert not (tmp_path / "started").exists()
     run.release()
@@ -75,11 +100,13 @@ async def test_agent_is_held_back_until_released(tmp_path: Path) -> None:
     assert (tmp_path / "started").exists()
 
 
-async def test_a_release_for_another_wrapper_is_not_taken(tmp_path: Path) -> None:
+async def test_a_release_for_another_wrapper_is_not_taken(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
     # Two wrappers at once (a leftover of a crashed daemon may share the run dir with the
     # new one): releasing one does not start the other.
-    held = await _spawn(tmp_path / "held", "touch started")
-    other = await _spawn(tmp_path / "other", "touch started")
+    held = await _spawn(tmp_path / "held", "touch started", launcher)
+    other = await _spawn(tmp_path / "other", "touch started", launcher)
     other.release()
     assert (await other.wait(_clock)).how == "exited"
     await asyncio.sleep(0.3)
@@ -89,15 +116,15 @@ async def test_a_release_for_another_wrapper_is_not_taken(tmp_path: Path) -> Non
     assert (tmp_path / "held" / "started").exists()
 
 
-async def test_cancel_unreleased_starts_nothing(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "touch started")
+async def test_cancel_unreleased_starts_nothing(tmp_path: Path, launcher: WrapperLauncher) -> None:
+    run = await _spawn(tmp_path, "touch started", launcher)
     await run.cancel_unreleased()
     assert not proc.group_alive(run.pgid)
     assert not (tmp_path / "started").exists()
 
 
-async def test_deadline_kills_the_whole_group(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "sleep 60 & sleep 60; wait", timeout_s=0.5)
+async def test_deadline_kills_the_whole_group(tmp_path: Path, launcher: WrapperLauncher) -> None:
+    run = await _spawn(tmp_path, "sleep 60 & sleep 60; wait", launcher, timeout_s=0.5)
     run.release()
     end = await run.wait(_clock)
     assert (end.how, end.code) == ("timed_out", 124)
@@ -105,8 +132,10 @@ async def test_deadline_kills_the_whole_group(tmp_path: Path) -> None:
     assert not proc.group_alive(run.pgid)
 
 
-async def test_abort_kills_the_group_and_the_wrapper_records_the_signal(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "exec sleep 60")
+async def test_abort_kills_the_group_and_the_wrapper_records_the_signal(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn(tmp_path, "exec sleep 60", launcher)
     run.release()
     waiting = asyncio.ensure_future(run.wait(_clock))
     await _until(lambda: _children(run.pid))
@@ -119,7 +148,9 @@ async def test_abort_kills_the_group_and_the_wrapper_records_the_signal(tmp_path
     assert not proc.group_alive(run.pgid)
 
 
-async def test_missing_agent_binary_is_not_started(tmp_path: Path) -> None:
+async def test_missing_agent_binary_is_not_started(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
     run = await spawn_detached(
         ["/nonexistent/agent"],
         cwd=str(tmp_path),
@@ -131,6 +162,7 @@ async def test_missing_agent_binary_is_not_started(tmp_path: Path) -> None:
         timeout_s=30,
         kill_grace_s=0.5,
         clock=_clock,
+        launcher=launcher,
     )
     run.release()
     end = await run.wait(_clock)
@@ -138,8 +170,10 @@ async def test_missing_agent_binary_is_not_started(tmp_path: Path) -> None:
     assert end.reason is not None and "/nonexistent/agent" in end.reason
 
 
-async def test_a_wrapper_killed_without_an_exit_record_is_lost(tmp_path: Path) -> None:
-    run = await _spawn(tmp_path, "exec sleep 60")
+async def test_a_wrapper_killed_without_an_exit_record_is_lost(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn(tmp_path, "exec sleep 60", launcher)
     run.release()
     await _until(lambda: _children(run.pid))
     os.killpg(run.pgid, signal.SIGKILL)
@@ -153,18 +187,21 @@ _PARENT = textwrap.dedent(
     """
     import asyncio, json, os, sys, time
     from pathlib import Path
-    from arenad.detached import RunFiles, spawn_detached
+    from arenad.detached import RunFiles, WrapperLauncher, spawn_detached
 
     async def main():
         d = Path(sys.argv[1])
+        launcher = WrapperLauncher()
         run = await spawn_detached(
             ["bash", "-c", sys.argv[2]], cwd=str(d), env=dict(os.environ),
             files=RunFiles(run_dir=str(d), stdout=str(d / "out"), stderr=str(d / "err")),
             store_path=d / "store.db", stream=sys.argv[3], attempt=1,
             timeout_s=30, kill_grace_s=0.5, clock=lambda: time.time_ns() // 1_000_000,
+            launcher=launcher,
         )
         print(json.dumps({"pid": run.pid, "ticks": run.start_ticks,
-                          "started_at_ms": run.started_at_ms}), flush=True)
+                          "started_at_ms": run.started_at_ms,
+                          "launcher": launcher.pid}), flush=True)
         await asyncio.sleep(3600)
 
     asyncio.run(main())
@@ -222,6 +259,8 @@ async def _store(path: Path, started_pid: int | None = None) -> None:
 async def test_orphaned_wrapper_without_a_recorded_start_never_starts(tmp_path: Path) -> None:
     # The "daemon" spawned the wrapper and died before committing RunStarted.
     info = await _orphan(tmp_path, "touch started", start_recorded=False)
+    # The launcher went with its daemon; the wrapper it forked did not.
+    await _until(lambda: not _running(info["launcher"]))
     run = _adopt(tmp_path, info)
     end = await run.wait(_clock)
     assert end.how == "not_started"
@@ -263,3 +302,103 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    fields = proc._stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+# -- the launcher: wrappers forked from one warm interpreter ----------------------------
+
+
+async def test_a_forked_wrapper_is_what_a_fresh_one_would_be(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # Its own session and group, the agent's environment (PATH searched in it), the
+    # release pipe as stdin, its log as stdout and stderr, and no other descriptor.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "only-on-the-agents-path"
+    tool.write_text("#!/bin/sh\necho found\n")
+    tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARENAD_TEST_MARK": "agent-env"}
+    run = await _spawn(
+        tmp_path / "cell",
+        "only-on-the-agents-path; tr '\\0' '\\n' < /proc/$$/environ",
+        launcher,
+        env=env,
+    )
+    assert run.alive
+    assert os.getsid(run.pid) == run.pid and os.getpgid(run.pid) == run.pid
+    assert int(_status_field(run.pid, "PPid")) == launcher.pid
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{run.pid}/fd"))
+    assert fds == [0, 1, 2]
+    assert os.readlink(f"/proc/{run.pid}/fd/0").startswith("pipe:")
+    log = str(tmp_path / "cell" / "arenad.wrapper.log")
+    assert os.readlink(f"/proc/{run.pid}/fd/1") == log == os.readlink(f"/proc/{run.pid}/fd/2")
+    run.release()
+    end = await run.wait(_clock)
+    assert (end.how, end.code) == ("exited", 0)
+    found, *agent_env = (tmp_path / "cell" / "out").read_text().splitlines()
+    assert found == "found"
+    assert sorted(agent_env) == sorted(f"{k}={v}" for k, v in env.items())
+
+
+async def test_an_ended_wrapper_is_reaped_not_left_a_zombie(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn(tmp_path, "exit 0", launcher)
+    run.release()
+    assert (await run.wait(_clock)).how == "exited"
+    assert not Path(f"/proc/{run.pid}").exists()
+
+
+async def test_a_launcher_that_dies_is_replaced_and_its_wrappers_live_on(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    first = await _spawn(tmp_path / "a", "sleep 0.5; exit 4", launcher)
+    first_launcher = launcher.pid
+    os.kill(first_launcher, signal.SIGKILL)
+    await _until(lambda: launcher.pid is None)
+    # The orphaned wrapper still runs its agent once released, and its end is known.
+    first.release()
+    assert (await first.wait(_clock)).code == 4
+    second = await _spawn(tmp_path / "b", "exit 5", launcher)
+    assert launcher.pid not in (None, first_launcher)
+    second.release()
+    assert (await second.wait(_clock)).code == 5
+
+
+async def test_closing_the_launcher_leaves_running_wrappers_running(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn(tmp_path, "sleep 0.5; exit 6", launcher)
+    launcher_pid = launcher.pid
+    assert launcher_pid is not None
+    run.release()
+    await launcher.close()
+    assert not Path(f"/proc/{launcher_pid}").exists()
+    assert run.alive
+    assert (await run.wait(_clock)).code == 6
+
+
+async def test_many_wrappers_at_once_each_get_their_own_reply(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    runs = await asyncio.gather(
+        *(_spawn(tmp_path / f"c{i}", f"exit {i}", launcher) for i in range(12))
+    )
+    assert len({run.pid for run in runs}) == 12
+    for run in runs:
+        run.release()
+    ends = await asyncio.gather(*(run.wait(_clock) for run in runs))
+    assert [end.code for end in ends] == list(range(12))

@@ -25,6 +25,7 @@ from arenad import __version__, queries
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock
 from arenad.daemon.runner import CellRunner, RunnerConfig
+from arenad.detached import WrapperLauncher
 from arenad.errors import ArenadError, StoreUnwritable
 from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
@@ -116,6 +117,8 @@ class Daemon:
         self.observer: BaseObserver | None = None
         # Prepared checkouts, one per (source, base), copied for each git workspace.
         self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
+        # Forks each run's wrapper from one warm interpreter (started on first use).
+        self.launcher = WrapperLauncher()
 
     # -- control -----------------------------------------------------------------
 
@@ -188,7 +191,13 @@ class Daemon:
 
     def _start(self, cell_id: str) -> None:
         runner = CellRunner(
-            self.store, self.config, cell_id, self.clock, self.observer, self.templates
+            self.store,
+            self.config,
+            cell_id,
+            self.clock,
+            self.observer,
+            self.templates,
+            launcher=self.launcher,
         )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
@@ -291,6 +300,7 @@ class Daemon:
             if self.observer is not None:
                 await asyncio.to_thread(stop_observer, self.observer)
             await asyncio.to_thread(self.templates.clear)
+            await self.launcher.close()
             if self.fatal is None:
                 await self.store.append(
                     DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]

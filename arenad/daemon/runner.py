@@ -43,7 +43,7 @@ from arenad.clock import Clock
 from arenad.daemon.cell_writer import CellMovedOn, CellWriter
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
-from arenad.detached import DetachedRun, RunEnd, RunFiles, spawn_detached
+from arenad.detached import DetachedRun, RunEnd, RunFiles, WrapperLauncher, spawn_detached
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.judge import run_judge
@@ -80,6 +80,8 @@ class CellRunner:
         clock: Clock,
         observer: BaseObserver | None = None,
         templates: WorkspaceTemplates | None = None,
+        *,
+        launcher: WrapperLauncher,
     ) -> None:
         self.store = store
         self.config = config
@@ -89,6 +91,8 @@ class CellRunner:
         self.observer = observer
         # The daemon's prepared checkouts for git workspaces (None: a fresh clone each).
         self.templates = templates
+        # The daemon's wrapper launcher: every run's wrapper is forked by it.
+        self.launcher = launcher
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
@@ -273,6 +277,7 @@ class CellRunner:
                 timeout_s=launch.timeout_s,
                 kill_grace_s=launch.kill_grace_s,
                 clock=self.clock,
+                launcher=self.launcher,
             )
         except proc.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
