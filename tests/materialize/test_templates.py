@@ -37,10 +37,28 @@ async def test_a_copy_is_what_a_clone_gives(tmp_path: Path) -> None:
     assert view[1] == WORK_BRANCH
     assert view == _git_view(b)
     assert (a / "app.py").read_text() == "v1\n" and not (a / "new.py").exists()
-    # Same tree of files, git's included (names only: times and inodes differ).
+    # Same tree of files, git's included (names only: times and inodes differ), but for
+    # git's inert sample hooks.
     assert sorted(p.relative_to(a) for p in a.rglob("*")) == sorted(
-        p.relative_to(b) for p in b.rglob("*")
+        p.relative_to(b) for p in b.rglob("*") if p.suffix != ".sample"
     )
+    assert not list(a.glob(".git/hooks/*.sample")) and list(b.glob(".git/hooks/*.sample"))
+
+
+async def test_a_copy_has_the_templates_bytes_modes_and_times(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "src")
+    templates = WorkspaceTemplates(tmp_path / "templates")
+    ws = tmp_path / "a" / "ws"
+    await templates.materialize(str(repo.path), repo.first, ws)
+    (made,) = [d for d in templates.root.iterdir() if d.is_dir()]
+    copies = list(ws.rglob("*"))
+    assert len(copies) == len(list(made.rglob("*")))
+    for copy in copies:
+        original = made / copy.relative_to(ws)
+        if copy.is_file():
+            assert copy.read_bytes() == original.read_bytes()
+        want, got = os.stat(original), os.stat(copy)
+        assert (got.st_mode, got.st_mtime_ns) == (want.st_mode, want.st_mtime_ns), copy
 
 
 async def test_cells_share_objects_but_nothing_else(tmp_path: Path) -> None:
