@@ -1,7 +1,8 @@
 """Agent runs that outlive the daemon: started through the run wrapper, watched by pid.
 
-:func:`spawn_detached` starts ``arenad/runwrap.py`` in a new session (it is the group
-leader; the agent will be its child in the same group) with the agent's stdio going to
+:func:`spawn_detached` has the daemon's :class:`WrapperLauncher` fork a run wrapper
+(``arenad/runwrap.py``) in a new session (it is the group leader; the agent will be its
+child in the same group) with the agent's stdio going to
 files in the run dir, not to pipes of the daemon — so nothing ties the agent's life to
 the daemon's. The wrapper holds the agent back until :meth:`DetachedRun.release` (called
 once ``RunStarted`` is committed) writes into its release pipe or, if the daemon died (the

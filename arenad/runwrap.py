@@ -1,10 +1,10 @@
 """The run wrapper: the process between the daemon and an agent, so the agent can outlive it.
 
-The daemon starts this module (``python -I -S -c "…import runwrap…"``: standard library
-only, no site import, and imported rather than run as a script so its bytecode is cached;
-it starts in a few milliseconds) in a new session; the wrapper is the process-group leader
-and the agent becomes its child in the same group, so one ``killpg`` reaches both. Three
-jobs:
+The daemon's launcher (``arenad/launcher.py``: a warm ``python -I -S`` interpreter with
+the standard library only) forks a process that calls :func:`main` in a new session, as if
+this module had been started afresh with the agent's environment; the wrapper is the
+process-group leader and the agent becomes its child in the same group, so one ``killpg``
+reaches both. Three jobs:
 
 1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
    of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid

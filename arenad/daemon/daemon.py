@@ -157,8 +157,11 @@ class Daemon:
 
     async def _follow_control(self, after_seq: int) -> None:
         # Only what can change the schedule: the log's bulk (ingested lines, captures) is
-        # not even read, let alone decoded.
-        async for r in self.store.follow(after_seq, poll_s=0.2, tags=_SCHEDULE_TAGS):
+        # not even read, let alone decoded. Schedule events come from other processes (the
+        # CLI); this daemon's own appends, several per cell, are no reason to look again.
+        async for r in self.store.follow(
+            after_seq, poll_s=0.2, tags=_SCHEDULE_TAGS, wake_on_appends=False
+        ):
             self._on_event(r)
 
     def _on_event(self, r: Recorded) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator, Collection, Sequence
 
 import msgspec
@@ -79,12 +80,16 @@ class EventStore(abc.ABC):
         poll_s: float = 0.2,
         batch_size: int = 2000,
         tags: Collection[str] | None = None,
+        wake_on_appends: bool = True,
     ) -> AsyncIterator[Recorded]:
         """Like read_all, but waits for new events forever (until cancelled).
 
         Each round reads up to the head it saw first, then waits past that head: with a
         ``tags`` filter the last event yielded may lie far behind the head, and waiting on
-        it would wake at once, forever.
+        it would wake at once, forever. ``wake_on_appends=False`` waits out ``poll_s``
+        between rounds even when this process appended meanwhile: for a follower that only
+        looks for what other processes write, and would otherwise read the log again after
+        every append of its own.
         """
         position = after_seq
         while True:
@@ -94,7 +99,10 @@ class EventStore(abc.ABC):
                     break
                 yield recorded
             position = max(position, head)
-            await self.wait_for_new(position, poll_s)
+            if wake_on_appends:
+                await self.wait_for_new(position, poll_s)
+            else:
+                await asyncio.sleep(poll_s)
 
     @abc.abstractmethod
     async def wait_for_new(self, after_seq: int, timeout_s: float) -> None:

@@ -287,6 +287,44 @@ class EventStoreContract(abc.ABC):
                 await task
         assert [r.seq for r in seen] == [1, 7]
 
+    async def test_follow_without_waking_on_appends_reads_once_per_poll(
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        rounds = 0
+        last_seq = store.last_seq
+
+        async def counted() -> int:
+            nonlocal rounds
+            rounds += 1
+            return await last_seq()
+
+        monkeypatch.setattr(store, "last_seq", counted)
+        seen: list[Recorded] = []
+        got_all = asyncio.Event()
+        poll_s = 0.3
+
+        async def consume() -> None:
+            async for r in store.follow(0, poll_s=poll_s, wake_on_appends=False):
+                seen.append(r)
+                if len(seen) == 20:
+                    got_all.set()
+
+        task = asyncio.create_task(consume())
+        try:
+            started = asyncio.get_running_loop().time()
+            for i in range(20):
+                await store.append(f"s/{i}", 0, lines(i, i + 1))
+            elapsed = asyncio.get_running_loop().time() - started
+            await asyncio.wait_for(got_all.wait(), 10)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert [r.seq for r in seen] == list(range(1, 21))
+        # One round per poll while the appends ran (not one per append), and the one that
+        # saw the last of them.
+        assert rounds <= 2 + elapsed / poll_s + 1
+
     async def test_wait_for_new_returns_at_once_when_behind(self, store: EventStore) -> None:
         await store.append("s/a", 0, lines(0, 1))
         # A long timeout that must not be waited out: an event after 0 exists.
