@@ -13,7 +13,8 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per pack
 
 - daemon -> launcher: ``("spawn", request_id, log_path, wrapper_args, env)`` with the release
   pipe's read end attached (``SCM_RIGHTS``);
-- launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` or
+- launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
+  leads its own session and group, so the group can be signalled at once) or
   ``("error", request_id, message)``, then ``("reaped", pid)`` once that wrapper has exited
   and been reaped here (the daemon's cue that the run's process group may be empty now).
 
@@ -51,10 +52,17 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def _become_wrapper(
-    run_wrapper: RunWrapper, release_fd: int, log: str, args: list[str], env: dict[str, str]
+    run_wrapper: RunWrapper,
+    release_fd: int,
+    ready_fd: int,
+    log: str,
+    args: list[str],
+    env: dict[str, str],
 ) -> int:
     """In the forked child: shed the launcher's state, then be the run wrapper."""
     os.setsid()
+    # Closing this tells the launcher our session exists, so the daemon may signal the group.
+    os.close(ready_fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.dup2(release_fd, 0)
@@ -85,16 +93,19 @@ def _spawn(
         _send(sock, ("error", request_id, f"expected one release fd, got {len(fds)}"))
         return
     release_fd = fds[0]
+    ready_r, ready_w = os.pipe()
     try:
         pid = os.fork()
     except OSError as exc:
-        os.close(release_fd)
+        for fd in (release_fd, ready_r, ready_w):
+            os.close(fd)
         _send(sock, ("error", request_id, f"fork: {exc}"))
         return
     if pid == 0:
         code = 1
         try:
-            code = _become_wrapper(run_wrapper, release_fd, log, args, env)
+            os.close(ready_r)
+            code = _become_wrapper(run_wrapper, release_fd, ready_w, log, args, env)
         except BaseException as exc:
             # Whatever happens, the child must never return into the launcher's loop.
             with contextlib.suppress(BaseException):
@@ -103,6 +114,11 @@ def _spawn(
         finally:
             os._exit(code)
     os.close(release_fd)
+    os.close(ready_w)
+    # Until the child's setsid, its pid names no process group: a daemon that signalled
+    # or probed the group on "spawned" would find nothing. Wait for it (end-of-file).
+    os.read(ready_r, 1)
+    os.close(ready_r)
     _send(sock, ("spawned", request_id, pid, _start_ticks(pid)))
 
 

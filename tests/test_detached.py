@@ -402,3 +402,18 @@ async def test_many_wrappers_at_once_each_get_their_own_reply(
         run.release()
     ends = await asyncio.gather(*(run.wait(_clock) for run in runs))
     assert [end.code for end in ends] == list(range(12))
+
+
+async def test_a_wrapper_leads_its_own_group_as_soon_as_its_spawn_returns(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # The daemon may probe or signal the group right away (a SIGTERM can arrive at any
+    # moment): the reply must not come before the child's setsid.
+    runs = [await _spawn(tmp_path / f"c{i}", "exit 0", launcher) for i in range(30)]
+    for run in runs:
+        assert os.getpgid(run.pid) == run.pid
+        assert os.getsid(run.pid) == run.pid
+    assert all(run.alive for run in runs)
+    for run in runs:
+        run.release()
+    await asyncio.gather(*(run.wait(_clock) for run in runs))
