@@ -210,3 +210,9 @@ def test_the_ledger_has_its_io_edge_and_pure_modules() -> None:
 @pytest.mark.parametrize("module", ledger_params())
 def test_the_ledger_projection_is_pure_outside_its_io_edge(module: str) -> None:
     assert violations((module,), IMPURE) == []
+
+
+def test_the_ledger_does_not_reach_into_the_daemon() -> None:
+    # The ledger replays a log any daemon (or none) wrote; it shares the cell's append rules
+    # (arenad.cell_writer) with the daemon, not the daemon itself.
+    assert violations(("arenad.ledger",), ("arenad.daemon",)) == []

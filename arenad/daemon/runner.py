@@ -38,9 +38,9 @@ from arenad.arms.base import ArmContext, arm_for
 from arenad.arms.supervisor import SupervisorArmRunner
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
+from arenad.cell_writer import CellMovedOn, CellWriter
 from arenad.cellenv import cell_env_for, cell_paths, prepare_cell_env
 from arenad.clock import Clock
-from arenad.daemon.cell_writer import CellMovedOn, CellWriter
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
 from arenad.detached import DetachedRun, RunEnd, RunFiles, WrapperLauncher, spawn_detached

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from arenad.cell.machine import cell_stream, next_status
-from arenad.daemon.cell_writer import CellWriter
+from arenad.cell_writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.judge import VerdictError, parse_verdict
