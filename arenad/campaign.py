@@ -100,6 +100,8 @@ class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True
     extension_path: str | None = None
     shim_path: str | None = None
     driver_cmd: list[str] | None = None
+    init_opencode_store: bool = True
+    opencode_bin: str = "opencode"
 
 
 class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_only=True):
@@ -351,6 +353,8 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
         driver_cmd=driver,
         # The driver gets its own cancellation deadline plus a settlement buffer.
         kill_grace_s=cancel_ms / 1000 + 10.0,
+        init_opencode_store=arm.init_opencode_store,
+        opencode_bin=arm.opencode_bin,
     )
 
 

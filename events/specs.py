@@ -85,6 +85,11 @@ class SupervisorArm(Spec, tag="supervisor", tag_field="kind", frozen=True, kw_on
     # run with cwd = loops_repo.
     driver_cmd: list[str]
     kill_grace_s: float = 40.0
+    # Workers share the cell's opencode store; two of them creating it at the same instant
+    # can fail ("database is locked", a migration race). Before the driver starts, this
+    # binary creates and migrates the store once (`opencode db`, no rows written).
+    init_opencode_store: bool = True
+    opencode_bin: str = "opencode"
 
 
 class CommandArm(Spec, tag="command", tag_field="kind", frozen=True, kw_only=True):

@@ -18,6 +18,10 @@ from arenad.ingest import WatchSource, file_source, supervisor_source
 from events.cell import ProvenanceRecorded
 from events.specs import SupervisorArm
 
+# Read-only, and touches the store: opencode opens (creating and migrating) it first.
+STORE_INIT_QUERY = "select count(*) from migration"
+STORE_INIT_FAILED = "arenad: could not create the cell's opencode store before the driver"
+
 
 class SupervisorArmRunner(Arm):
     stdout_name = "driver.log"
@@ -55,13 +59,33 @@ class SupervisorArmRunner(Arm):
         }
         return [arg.format(**values) for arg in s.driver_cmd]
 
+    def store_init(self) -> list[str]:
+        """The launch script's lines that create and migrate the cell's opencode store
+        (``OPENCODE_DB`` in the cell env) before the driver starts its workers at once.
+
+        A failure is not fatal (the workers would create the store themselves, as without
+        this step); it is reported on driver.err.
+        """
+        if not self.spec.init_opencode_store:
+            return []
+        binary = q(self.spec.opencode_bin)
+        return [
+            f"{binary} db {q(STORE_INIT_QUERY)} > /dev/null"
+            f" || echo {q(STORE_INIT_FAILED)}' (exit '$?')' >&2"
+        ]
+
     def prepare(self, ctx: ArmContext) -> Launch:
         params_file = ctx.run_dir / "params.json"
         params_file.write_text(json.dumps(self.params(ctx), indent=1, ensure_ascii=False))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
         exports = [f"export {k}={q(v)}" for k, v in self.env_knobs(ctx).items()]
         script = "\n".join(
-            [*exports, f"cd {q(self.spec.loops_repo)}", "exec " + " ".join(map(q, self.argv(ctx)))]
+            [
+                *exports,
+                *self.store_init(),
+                f"cd {q(self.spec.loops_repo)}",
+                "exec " + " ".join(map(q, self.argv(ctx))),
+            ]
         )
         argv, cwd = under_secrets(ctx, script)
         return Launch(

@@ -32,9 +32,15 @@ def supervisor_campaign(
     timeout_s: float = 60,
     worker_model: str = "scripted/w",
     driver_model: str = "scripted/d",
+    opencode_bin: Path | None = None,
 ) -> Path:
-    """A one-cell campaign whose supervisor arm ``SUP`` runs the stand-in driver."""
+    """A one-cell campaign whose supervisor arm ``SUP`` runs the stand-in driver; the arm
+    creates the cell's opencode store first with ``opencode_bin`` (None: no store init)."""
     driver = json.dumps([sys.executable, str(DRIVER), "{ws}", "{params}"])
+    if opencode_bin is None:
+        store_init = "init_opencode_store = false"
+    else:
+        store_init = f"opencode_bin = {json.dumps(str(opencode_bin))}"
     path.write_text(
         f"""name = "{name}"
 split = "dev"
@@ -55,6 +61,7 @@ timeout_s = {timeout_s}
 loops_repo = {json.dumps(str(loops))}
 driver_cmd = {driver}
 env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000" }}
+{store_init}
 """
     )
     return path

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from arenad.arms import supervisor_figures as figures
+from arenad.arms.supervisor import STORE_INIT_FAILED
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -35,7 +36,7 @@ CELL = "sup:i1:SUP:0"
 
 
 def _run(
-    tmp_path: Path, mode: str, *, timeout_s: float = 60
+    tmp_path: Path, mode: str, *, timeout_s: float = 60, opencode_bin: Path | None = None
 ) -> tuple[Path, list[Event], list[Event]]:
     home = tmp_path / "home"
     repo = tmp_path / "repo"
@@ -43,7 +44,13 @@ def _run(
     loops = tmp_path / "loops"
     make_repo(loops, {"README": "loops\n"})
     camp = supervisor_campaign(
-        tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops, timeout_s=timeout_s
+        tmp_path / "c.toml",
+        name="sup",
+        repo=repo,
+        base=base,
+        loops=loops,
+        timeout_s=timeout_s,
+        opencode_bin=opencode_bin,
     )
     submit(home, camp)
     env = env_with(FAKE_SUP_MODE=mode, FAKE_SUP_PAUSE="0.2")
@@ -95,6 +102,17 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     assert result["driver_rc"] == 0 and "ws" not in result
     params = json.loads((run_dir / "params.json").read_text())
     assert params["budget"] == 40 and params["workspaceDir"] == str(ws)
+
+
+def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path: Path) -> None:
+    _home, cell, _ingest = _run(tmp_path, "ok", opencode_bin=tmp_path / "no-such-opencode")
+    assert _one(cell, ev.RunCompleted).rc == 0  # type: ignore[attr-defined]
+    assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    err = (run_dir / "driver.err").read_text()
+    assert f"{STORE_INIT_FAILED} (exit 127)" in err
+    # Nothing created the store (the stand-in's workers here run no opencode): a gap.
+    assert _one(cell, ev.CellRecovered).store_available is False  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from arenad.arms import supervisor_figures as figures
+from arenad.arms.supervisor import STORE_INIT_FAILED
 from events import cell as ev
 from events.base import Event
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
@@ -116,6 +117,7 @@ def _run(
         timeout_s=timeout_s,
         worker_model="scripted/worker",
         driver_model="scripted/driver",
+        opencode_bin=opencode_bin,
     )
     submit(home, camp)
     model = scripted_model(_script(second_step_delay_s))
@@ -173,6 +175,9 @@ def test_two_real_opencode_workers(
     cell, ingest, capture, run_dir = _run(tmp_path, opencode_bin, scripted_model, timeout_s=300)
     ws = run_dir / "ws"
     sup = ws / SUP_RUN
+
+    # The arm created the cell's store before the driver started both workers at once.
+    assert STORE_INIT_FAILED not in (run_dir / "driver.err").read_text()
 
     # The run completed and counts: driver exit 0, state.json completed, both fixes verified.
     assert _one(cell, ev.RunCompleted).rc == 0  # type: ignore[attr-defined]
@@ -313,3 +318,37 @@ def test_hanging_workers_time_out_and_their_spend_is_recovered(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["sup_status"] == "running" and result["driver_rc"] == 124
     assert result["recoveredSpend"]["workerSessions"] == sessions
+
+
+@pytest.mark.slow
+def test_the_cells_store_exists_before_the_driver_starts(
+    tmp_path: Path, opencode_bin: Path
+) -> None:
+    # Workers that start at once would race to create and migrate the store. The arm creates
+    # it first, so even a driver that starts no worker leaves a migrated, empty store: a
+    # store read with no sessions (0 is known here), not a gap.
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, SOURCES)
+    loops = tmp_path / "loops"
+    make_repo(loops, {"README": "loops\n"})
+    camp = supervisor_campaign(
+        tmp_path / "c.toml",
+        name="supoc",
+        repo=repo,
+        base=base,
+        loops=loops,
+        opencode_bin=opencode_bin,
+    )
+    submit(home, camp)
+    records = daemon_until_idle(home, env_with(FAKE_SUP_PAUSE="0.1"), tmp_path / "daemon.err")
+    cell = stream_events(records, f"cell/{CELL}")
+    run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
+    assert (run_dir / "driver.err").read_text() == ""
+    db = run_dir / "xdg" / "data" / "opencode" / "opencode.db"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert conn.execute("select count(*) from migration").fetchone()[0] > 0
+        assert conn.execute("select count(*) from session").fetchone()[0] == 0
+    recovered = _one(cell, ev.CellRecovered)
+    assert recovered.store_available is True  # type: ignore[attr-defined]
+    assert recovered.spend.worker_sessions == 0  # type: ignore[attr-defined]
