@@ -90,14 +90,8 @@ def _script(second_step_delay_s: float | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _run(
-    tmp_path: Path,
-    opencode_bin: Path,
-    scripted_model: Callable[[str], RunningModel],
-    *,
-    timeout_s: float,
-    second_step_delay_s: float | None = None,
-) -> tuple[list[Event], list[Event], list[Event], Path]:
+def _submitted(tmp_path: Path, opencode_bin: Path, timeout_s: float) -> Path:
+    """The home, with the one-cell campaign over add.py and mul.py submitted."""
     home = tmp_path / "home"
     repo = tmp_path / "repo"
     base = make_repo(repo, SOURCES)
@@ -120,6 +114,18 @@ def _run(
         opencode_bin=opencode_bin,
     )
     submit(home, camp)
+    return home
+
+
+def _run(
+    tmp_path: Path,
+    opencode_bin: Path,
+    scripted_model: Callable[[str], RunningModel],
+    *,
+    timeout_s: float,
+    second_step_delay_s: float | None = None,
+) -> tuple[list[Event], list[Event], list[Event], Path]:
+    home = _submitted(tmp_path, opencode_bin, timeout_s)
     model = scripted_model(_script(second_step_delay_s))
     env = env_with(
         FAKE_SUP_OPENCODE=str(opencode_bin),
@@ -327,20 +333,8 @@ def test_the_cells_store_exists_before_the_driver_starts(
     # Workers that start at once would race to create and migrate the store. The arm creates
     # it first, so even a driver that starts no worker leaves a migrated, empty store: a
     # store read with no sessions (0 is known here), not a gap.
-    home = tmp_path / "home"
-    repo = tmp_path / "repo"
-    base = make_repo(repo, SOURCES)
-    loops = tmp_path / "loops"
-    make_repo(loops, {"README": "loops\n"})
-    camp = supervisor_campaign(
-        tmp_path / "c.toml",
-        name="supoc",
-        repo=repo,
-        base=base,
-        loops=loops,
-        opencode_bin=opencode_bin,
-    )
-    submit(home, camp)
+    # The stand-in runs no opencode here (no FAKE_SUP_OPENCODE): its workers do nothing.
+    home = _submitted(tmp_path, opencode_bin, timeout_s=60)
     records = daemon_until_idle(home, env_with(FAKE_SUP_PAUSE="0.1"), tmp_path / "daemon.err")
     cell = stream_events(records, f"cell/{CELL}")
     run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
