@@ -13,6 +13,7 @@ Every error names the file and the key or row it is about.
     instances_file = "instances.jsonl"  # SWE-bench rows, or [[instances]] inline
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
     excludes = [...]                  # default: the seed's test-file list
+    max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
     [materializer]                    # default: image when an instance names one
     kind = "git"                      # explicit opt-in
@@ -44,6 +45,7 @@ from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from events.specs import (
     DEFAULT_EXCLUDES,
+    DEFAULT_MAX_OUTPUT_BYTES,
     SUPERVISOR_DEFAULT_ENV_KNOBS,
     WORKER_PROMPT_SUFFIX,
     ArmSpec,
@@ -147,6 +149,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     instances_file: str | None = None
     verify_template: str | None = None
     verify_timeout_s: float = 600.0
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     excludes: list[str] | None = None
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
@@ -399,6 +402,8 @@ def load_campaign(path: Path) -> Campaign:
         raise CampaignError(f"{where}: reps must be at least 1")
     if parsed.max_parallel is not None and parsed.max_parallel < 1:
         raise CampaignError(f"{where}: max_parallel must be at least 1")
+    if parsed.max_output_bytes < 1:
+        raise CampaignError(f"{where}: max_output_bytes must be at least 1")
     if not parsed.arms:
         raise CampaignError(f"{where}: a campaign needs at least one [[arms]] entry")
     if parsed.instances and parsed.instances_file:
@@ -450,6 +455,7 @@ def load_campaign(path: Path) -> Campaign:
             secrets=secrets,
             excludes=excludes,
             verify_timeout_s=parsed.verify_timeout_s,
+            max_output_bytes=parsed.max_output_bytes,
             judge=judge,
             experiment_id=parsed.experiment_id,
         )

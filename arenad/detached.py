@@ -60,10 +60,21 @@ class RunFiles(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str
     stderr: str
     stdin: str | None = None
+    # Bytes kept of each of stdout and stderr (None: no cap); the wrapper drops the rest.
+    cap_bytes: int | None = None
 
     @property
     def exit_file(self) -> Path:
         return Path(self.run_dir) / EXIT_FILE
+
+
+def _capped_marker(path: str) -> str:
+    return path + runwrap.CAPPED_SUFFIX
+
+
+def capped_outputs(paths: Sequence[str]) -> list[str]:
+    """Those of a run's output files that the wrapper's cap has cut (it marks each one)."""
+    return [path for path in paths if os.path.exists(_capped_marker(path))]
 
 
 class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -489,8 +500,10 @@ async def spawn_detached(
     :meth:`DetachedRun.release`."""
     if not argv:
         raise proc.SpawnError(list(argv), "empty argv")
-    with contextlib.suppress(FileNotFoundError):
-        files.exit_file.unlink()
+    # A leftover of an earlier wrapper in this run dir must not speak for this one.
+    for stale in (files.exit_file, _capped_marker(files.stdout), _capped_marker(files.stderr)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     options = [
         "--exit-file",
         str(files.exit_file),
@@ -509,6 +522,8 @@ async def spawn_detached(
     ]
     if files.stdin is not None:
         options += ["--stdin", files.stdin]
+    if files.cap_bytes is not None:
+        options += ["--cap", str(files.cap_bytes)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release pipe: the wrapper's stdin; the write end stays here (close-on-exec, so no
     # child inherits it) until release() or cancel_unreleased().

@@ -4,7 +4,7 @@ The daemon's launcher (``arenad/launcher.py``: a warm ``python -I -S`` interpret
 the standard library only) forks a process that calls :func:`main` in a new session, as if
 this module had been started afresh with the agent's environment; the wrapper is the
 process-group leader and the agent becomes its child in the same group, so one ``killpg``
-reaches both. Three jobs:
+reaches both. Four jobs:
 
 1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
    of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid
@@ -23,11 +23,15 @@ reaches both. Three jobs:
    The record's keys are ``wrapper_pid``, ``started`` (bool), ``pid`` (the agent's),
    ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, and ``error`` when
    the agent could not be started.
+4. **Cap the agent's output.** The agent's stdout and stderr are pipes that the wrapper
+   copies into their files, up to ``--cap`` bytes each (no cap if negative, the default).
+   Past the cap the output is still read, so the agent never blocks, but dropped; the
+   first dropped byte creates ``<file>.capped`` so the daemon records the cut.
 
-Arguments (all required but ``--stdin``)::
+Arguments (all required but ``--stdin`` and ``--cap``)::
 
     runwrap --exit-file F --store DB --stream S --attempt N --cwd DIR [--stdin FILE]
-            --stdout FILE --stderr FILE -- ARGV...
+            --stdout FILE --stderr FILE [--cap BYTES] -- ARGV...
 
 Imports are builtins only on the common path (``_signal``, not ``signal``, whose enums
 cost more than the rest of the start-up); the wrapper runs once per agent run.
@@ -44,6 +48,10 @@ import time
 # wrapper imports nothing but the standard library.
 RUN_STARTED_TAG = "run.started"
 NOT_STARTED_EXIT = 3
+# Made next to an output file once the cap has cut it (arenad.detached reads it).
+CAPPED_SUFFIX = ".capped"
+# How long output is still copied after the agent exited while a leftover holds its pipes.
+LEFTOVER_DRAIN_S = 1.0
 _terminate = False
 
 
@@ -150,20 +158,96 @@ def _wait_for_release(opts: dict[str, str]) -> bool:
             return got.strip() == me
 
 
-def _spawn(opts: dict[str, str], command: list[str]) -> int:
-    write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, opts.get("stdin", os.devnull), os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, opts["stdout"], write, 0o644),
-        (os.POSIX_SPAWN_OPEN, 2, opts["stderr"], write, 0o644),
+class _CappedFile:
+    """One of the agent's output streams: copied from its pipe into its file, up to the
+    cap. The first byte dropped creates ``<file>.capped``, so the daemon can record it."""
+
+    def __init__(self, path: str, cap: int) -> None:
+        self.path = path
+        self.room = cap
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.capped = False
+
+    def write(self, chunk: bytes) -> None:
+        if self.room >= 0 and len(chunk) > self.room:
+            chunk = chunk[: self.room]
+            if not self.capped:
+                self.capped = True
+                os.close(os.open(self.path + CAPPED_SUFFIX, os.O_WRONLY | os.O_CREAT, 0o644))
+        if self.room >= 0:
+            self.room -= len(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+
+def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _CappedFile]]:
+    """Start the agent with its stdout and stderr on pipes; return its pid and, per pipe
+    read end, the file it is copied into."""
+    cap = int(opts.get("cap", "-1"))
+    files = {1: _CappedFile(opts["stdout"], cap), 2: _CappedFile(opts["stderr"], cap)}
+    pipes: dict[int, _CappedFile] = {}
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+        (os.POSIX_SPAWN_OPEN, 0, opts.get("stdin", os.devnull), os.O_RDONLY, 0)
     ]
-    return os.posix_spawnp(
-        command[0],
-        command,
-        dict(os.environ),
-        file_actions=actions,
-        setsigdef=(_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE),
-    )
+    write_ends = []
+    try:
+        for target, file in files.items():
+            read_end, write_end = os.pipe()  # close-on-exec: only the dup2 copies pass on
+            pipes[read_end] = file
+            write_ends.append(write_end)
+            actions.append((os.POSIX_SPAWN_DUP2, write_end, target))
+        pid = os.posix_spawnp(
+            command[0],
+            command,
+            dict(os.environ),
+            file_actions=actions,
+            setsigdef=(_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE),
+        )
+    except OSError:
+        for fd in [*pipes, *write_ends]:
+            os.close(fd)
+        raise
+    for fd in write_ends:
+        os.close(fd)
+    return pid, pipes
+
+
+def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
+    """Copy the agent's output into its files until it has exited and its pipes are
+    drained; return its wait status.
+
+    The pipes normally reach end-of-file as the agent exits. A leftover child of the agent
+    may hold them open: its output is then copied for a short while, and the daemon ends
+    such leftovers with the run."""
+    import select
+
+    files = list(pipes.values())
+    status: int | None = None
+    drain_until = 0.0
+    while pipes:
+        if status is None:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = wait_status
+                drain_until = time.monotonic() + LEFTOVER_DRAIN_S
+        elif time.monotonic() >= drain_until:
+            break
+        ready, _, _ = select.select(list(pipes), [], [], 0.1)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                pipes[fd].write(chunk)
+            else:
+                os.close(fd)
+                del pipes[fd]
+    for fd in pipes:
+        os.close(fd)
+    for file in files:
+        os.close(file.fd)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    return status
 
 
 def main(argv: list[str]) -> int:
@@ -177,7 +261,7 @@ def main(argv: list[str]) -> int:
         return NOT_STARTED_EXIT
     try:
         os.chdir(opts["cwd"])
-        pid = _spawn(opts, command)
+        pid, pipes = _spawn(opts, command)
     except OSError as exc:
         _write_exit_record(
             exit_file,
@@ -189,7 +273,7 @@ def main(argv: list[str]) -> int:
             },
         )
         return 127
-    _, status = os.waitpid(pid, 0)
+    status = _copy_until_exit(pid, pipes)
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     _write_exit_record(

@@ -46,6 +46,9 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     exit_file: str | None = None
     stdout_path: str | None = None
     stderr_path: str | None = None
+    # Bytes kept of each of stdout and stderr; the wrapper drops the rest. None: no cap (or
+    # a run recorded before runs were capped).
+    output_cap_bytes: int | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
@@ -54,6 +57,15 @@ class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
     attempt: int
     pid: int
     daemon_pid: int
+
+
+class RunOutputCapped(Event, tag="run.output-capped", frozen=True, kw_only=True):
+    """One of the run's output files reached the cap: its first ``cap_bytes`` bytes are
+    kept, everything the agent wrote after them was dropped (recorded once the run ended)."""
+
+    attempt: int
+    path: str
+    cap_bytes: int
 
 
 class RunCompleted(Event, tag="run.completed", frozen=True, kw_only=True):

@@ -35,6 +35,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     cell.CellPaused,
     cell.CellResumed,
     cell.HangDetected,
+    cell.RunOutputCapped,
     cell.JudgeVerdictRecorded,
     ingest.LineIngested,
     ingest.LineMalformed,

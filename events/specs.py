@@ -21,6 +21,7 @@ WORKER_PROMPT_SUFFIX = (
 
 # The seed's test-file excludes (fixtures/excludes.txt); each becomes
 # ':(exclude,glob)<pattern>' on the patch-extraction pathspec.
+DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     "**/tests/**",
     "**/test/**",
@@ -141,6 +142,8 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     secrets: SecretsSpec | None = None
     excludes: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_EXCLUDES))
     verify_timeout_s: float = 600.0
+    # Bytes kept of each of the agent's stdout and stderr files (the reference's 64 MiB).
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     judge: JudgeSpec | None = None
     experiment_id: str | None = None
 

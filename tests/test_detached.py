@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from arenad import proc
@@ -24,6 +25,7 @@ from arenad.detached import (
     DetachedRun,
     RunFiles,
     WrapperLauncher,
+    capped_outputs,
     read_exit_record,
     spawn_detached,
 )
@@ -417,3 +419,74 @@ async def test_a_wrapper_leads_its_own_group_as_soon_as_its_spawn_returns(
     for run in runs:
         run.release()
     await asyncio.gather(*(run.wait(_clock) for run in runs))
+
+
+async def _spawn_capped(
+    tmp_path: Path, script: str, launcher: WrapperLauncher, cap: int, timeout_s: float = 30.0
+) -> DetachedRun:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    files = msgspec.structs.replace(_files(tmp_path), cap_bytes=cap)
+    return await spawn_detached(
+        ["bash", "-c", script],
+        cwd=str(tmp_path),
+        env=dict(os.environ),
+        files=files,
+        store_path=tmp_path / "absent.db",
+        stream=STREAM,
+        attempt=1,
+        timeout_s=timeout_s,
+        kill_grace_s=0.5,
+        clock=_clock,
+        launcher=launcher,
+    )
+
+
+async def test_output_past_the_cap_is_dropped_and_the_file_marked(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # 300 000 bytes of numbered lines on stdout, a short stderr: the agent is never blocked
+    # by the cap, stdout keeps exactly its first 65 536 bytes, stderr is whole.
+    script = "seq 1 50000 | sed 's/$/ xx/'; echo oops >&2; exit 3"
+    expected = "".join(f"{i} xx\n" for i in range(1, 50001)).encode()
+    assert len(expected) > 4 * 65536
+    run = await _spawn_capped(tmp_path, script, launcher, cap=65536)
+    run.release()
+    end = await run.wait(_clock)
+    assert (end.how, end.code) == ("exited", 3)
+    assert (tmp_path / "out").read_bytes() == expected[:65536]
+    assert (tmp_path / "err").read_text() == "oops\n"
+    assert capped_outputs([run.files.stdout, run.files.stderr]) == [run.files.stdout]
+
+
+async def test_output_within_the_cap_is_whole_and_unmarked(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    run = await _spawn_capped(tmp_path, "printf 12345678; printf ab >&2", launcher, cap=8)
+    run.release()
+    assert (await run.wait(_clock)).code == 0
+    assert (tmp_path / "out").read_text() == "12345678"
+    assert capped_outputs([run.files.stdout, run.files.stderr]) == []
+
+
+async def test_a_stale_cap_marker_is_cleared_at_spawn(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "out.capped").write_text("")
+    run = await _spawn_capped(tmp_path, "echo hi", launcher, cap=1024)
+    run.release()
+    await run.wait(_clock)
+    assert capped_outputs([run.files.stdout]) == []
+
+
+async def test_a_leftover_holding_the_output_pipe_does_not_hold_the_run(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # The agent exits at once but leaves a child that keeps its stdout open: the wrapper
+    # stops copying shortly after and records the exit; the daemon ends the leftover.
+    run = await _spawn_capped(tmp_path, "sleep 60 & echo bye", launcher, cap=1024, timeout_s=20)
+    run.release()
+    end = await run.wait(_clock)
+    assert (end.how, end.code, end.leftovers_killed) == ("exited", 0, True)
+    assert (tmp_path / "out").read_text() == "bye\n"
+    assert not proc.group_alive(run.pgid)

@@ -73,6 +73,7 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     "run.adopted": frozenset({S.RUNNING}),
     "cell.provenance": frozenset({S.SUBMITTED, S.MATERIALIZED, S.RUNNING}),
     "cell.supervisor-outcome": RUN_ENDED,
+    "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
 }
 
@@ -103,6 +104,8 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     supervisor: ev.SupervisorOutcome | None = None
     verdict: ev.JudgeVerdictRecorded | None = None
     hangs: int = 0
+    # The current attempt's output files that the wrapper's cap cut (RunOutputCapped).
+    capped_outputs: tuple[str, ...] = ()
     # Attempts that ended in an infrastructure failure (for the retry policy).
     infra_failures: int = 0
     # A policy retry's backoff: the current attempt starts no earlier than this.
@@ -200,6 +203,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "abort_requested": False,
                 "abort_reason": None,
                 "hangs": 0,
+                "capped_outputs": (),
             }
         case ev.AbortRequested():
             return {"abort_requested": True, "abort_reason": event.reason}
@@ -209,6 +213,8 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
             return {"paused": False}
         case ev.HangDetected():
             return {"hangs": state.hangs + 1}
+        case ev.RunOutputCapped():
+            return {"capped_outputs": (*state.capped_outputs, event.path)}
         case ev.ProvenanceRecorded():
             return {"provenance": event}
         case ev.SupervisorOutcome():

@@ -43,7 +43,14 @@ from arenad.cellenv import cell_env_for, cell_paths, prepare_cell_env
 from arenad.clock import Clock
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
-from arenad.detached import DetachedRun, RunEnd, RunFiles, WrapperLauncher, spawn_detached
+from arenad.detached import (
+    DetachedRun,
+    RunEnd,
+    RunFiles,
+    WrapperLauncher,
+    capped_outputs,
+    spawn_detached,
+)
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.judge import run_judge
@@ -264,6 +271,7 @@ class CellRunner:
             run_dir=str(ctx.run_dir),
             stdout=str(ctx.run_dir / arm.stdout_name),
             stderr=str(ctx.run_dir / arm.stderr_name),
+            cap_bytes=state.spec.max_output_bytes,
         )
         try:
             run = await spawn_detached(
@@ -296,6 +304,7 @@ class CellRunner:
             exit_file=str(files.exit_file),
             stdout_path=files.stdout,
             stderr_path=files.stderr,
+            output_cap_bytes=files.cap_bytes,
         )
         try:
             state = await self.writer.append([*before_start, started])
@@ -326,6 +335,7 @@ class CellRunner:
                 run_dir=str(ctx.run_dir),
                 stdout=started.stdout_path or "",
                 stderr=started.stderr_path or "",
+                cap_bytes=started.output_cap_bytes,
             ),
             started_at_ms=started.started_at_ms,
             deadline_ms=started.deadline_ms,
@@ -415,7 +425,7 @@ class CellRunner:
                     also=also,
                 )
                 return
-        events: list[Event] = [outcome]
+        events: list[Event] = [outcome, *_output_capped(state.run, attempt)]
         if isinstance(state.spec.arm, SupervisorArm):
             events.append(await self._supervisor_outcome(attempt, ctx))
         await self._append_with(events, also)
@@ -567,7 +577,10 @@ class CellRunner:
         self, state: CellState, ctx: ArmContext
     ) -> tuple[list[AppendRequest], ev.CellRecovered]:
         """The captures of the agent's own store and the CellRecovered that sums them."""
-        usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
+        usage = None
+        if state.run is None or state.run.stdout_path not in state.capped_outputs:
+            # Sums over a stream the cap cut would pass for a whole run's: unknown instead.
+            usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
         db_path = Path(cell_paths(ctx.run_dir).opencode_db)
         return await asyncio.to_thread(recover_events, db_path, self.cell_id, state, usage)
 
@@ -606,6 +619,17 @@ class CellRunner:
             apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
         )
         await self._append_with([failure] if retry is None else [failure, retry], also)
+
+
+def _output_capped(started: ev.RunStarted | None, attempt: int) -> list[ev.RunOutputCapped]:
+    """A RunOutputCapped for each of the run's output files that the wrapper's cap cut."""
+    if started is None or started.output_cap_bytes is None:
+        return []
+    paths = [p for p in (started.stdout_path, started.stderr_path) if p]
+    return [
+        ev.RunOutputCapped(attempt=attempt, path=path, cap_bytes=started.output_cap_bytes)
+        for path in capped_outputs(paths)
+    ]
 
 
 def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:

@@ -57,6 +57,7 @@ def test_a_good_campaign_resolves_into_cells(tmp_path: Path) -> None:
     assert cell.excludes == list(DEFAULT_EXCLUDES)
     assert cell.materializer.source == str((tmp_path / "repo").resolve())
     assert cell.suite == "swe-bench-verified" and cell.split == "search"
+    assert cell.max_output_bytes == 64 << 20  # the reference's capture cap
 
 
 @pytest.mark.parametrize(
@@ -73,6 +74,7 @@ def test_a_good_campaign_resolves_into_cells(tmp_path: Path) -> None:
         (('kind = "solo"', 'kind = "robot"'), "Invalid value 'robot'"),
         (('verify_cmd = "true"', 'typo_key = "true"'), "instances[0]"),
         (("reps = 2", "reps = 0"), "reps must be at least 1"),
+        (("reps = 2", "reps = 2\nmax_output_bytes = 0"), "max_output_bytes must be at least 1"),
     ],
 )
 def test_bad_campaigns_say_what_and_where(

@@ -57,6 +57,7 @@ EXPECTED_SIDE: dict[str, frozenset[CellStatus]] = {
     "run.adopted": frozenset({S.RUNNING}),
     "cell.provenance": frozenset({S.SUBMITTED, S.MATERIALIZED, S.RUNNING}),
     "cell.supervisor-outcome": RUN_ENDED,
+    "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
 }
 
@@ -181,6 +182,18 @@ def test_a_retry_opens_a_new_attempt_and_keeps_what_spans_attempts() -> None:
     assert state.status == S.MATERIALIZED and state.run_dir is not None
     with pytest.raises(IllegalTransition):
         apply(state, sample(ev.RunStarted, 1), 7)
+
+
+def test_capped_outputs_belong_to_their_attempt() -> None:
+    state = state_in(S.COMPLETED)
+    assert state is not None and state.capped_outputs == ()
+    capped = ev.RunOutputCapped(attempt=1, path="/r/oc.jsonl", cap_bytes=10)
+    state = apply(state, capped, 2000)
+    assert state.status == S.COMPLETED and state.capped_outputs == ("/r/oc.jsonl",)
+    state = apply(apply(state, sample(ev.CellVerified, 1), 2001), sample(ev.CellRecovered, 1), 2)
+    assert state.capped_outputs == ("/r/oc.jsonl",)
+    state = apply(state, ev.CellRetried(attempt=2, reason="operator"), 2003)
+    assert state.capped_outputs == ()
 
 
 def test_fold_accepts_recorded_and_pairs_alike() -> None:

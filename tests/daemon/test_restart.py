@@ -17,7 +17,7 @@ import pytest
 from arenad import proc
 from events import cell as ev
 from events.base import Event, Recorded
-from events.ingest import LineIngested
+from events.ingest import LineIngested, LineMalformed
 from tests.conftest import make_repo
 from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
 
@@ -34,7 +34,14 @@ def _agent(marker: Path, lines: int, pause_s: float, rc: int) -> list[str]:
     return ["bash", "-c", script]
 
 
-def _setup(tmp_path: Path, argv: list[str], *, timeout_s: float = 60, arm_extra: str = "") -> Path:
+def _setup(
+    tmp_path: Path,
+    argv: list[str],
+    *,
+    timeout_s: float = 60,
+    arm_extra: str = "",
+    extra: str = "",
+) -> Path:
     home = tmp_path / "home"
     repo = tmp_path / "repo"
     base = make_repo(repo, {"a.txt": "a\n"})
@@ -46,6 +53,7 @@ def _setup(tmp_path: Path, argv: list[str], *, timeout_s: float = 60, arm_extra:
         argv=argv,
         timeout_s=timeout_s,
         arm_extra=arm_extra,
+        extra=extra,
     )
     assert cli(home, "init").returncode == 0
     out = cli(home, "submit", str(camp))
@@ -82,7 +90,8 @@ def _ingested_equals_file(recorded: list[Recorded], attempt: int, run_dir: Path)
     lines = [
         r.event
         for r in recorded
-        if r.stream == f"ingest/{CELL}/{attempt}" and isinstance(r.event, LineIngested)
+        if r.stream == f"ingest/{CELL}/{attempt}"
+        and isinstance(r.event, LineIngested | LineMalformed)
     ]
     raw = (run_dir / "cmd.out").read_bytes()
     assert "".join(e.raw + ("" if e.partial else "\n") for e in lines).encode() == raw
@@ -227,6 +236,34 @@ def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     assert len(aborted) == 1
     started = _of(_cell(home), ev.RunStarted)[0]
     assert not proc.group_alive(started.pgid)  # type: ignore[attr-defined]
+
+
+def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: Path) -> None:
+    # The wrapper holds the cap, so it holds for an adopted run too; the run's end (seen by
+    # the second daemon) records the cut, and what was ingested is exactly the kept bytes.
+    marker = tmp_path / "runs.txt"
+    home = _setup(
+        tmp_path,
+        _agent(marker, lines=200, pause_s=0.005, rc=0),
+        extra="max_output_bytes = 1000",
+    )
+    _kill9_once_the_agent_runs(home, marker, tmp_path)
+    _finish(home, tmp_path)
+    events = _cell(home)
+    started = _of(events, ev.RunStarted)
+    assert len(started) == 1 and started[0].output_cap_bytes == 1000  # type: ignore[attr-defined]
+    run_dir = _run_dir(events)
+    capped = _of(events, ev.RunOutputCapped)
+    assert capped == [ev.RunOutputCapped(attempt=1, path=str(run_dir / "cmd.out"), cap_bytes=1000)]
+    completed = _of(events, ev.RunCompleted)
+    assert len(completed) == 1 and events.index(completed[0]) < events.index(capped[0])
+    assert len((run_dir / "cmd.out").read_bytes()) == 1000
+    _ingested_equals_file(read_all(home), 1, run_dir)
+    recovered = _of(events, ev.CellRecovered)
+    # The stream's usage sums would cover only the kept part of the run: unknown instead.
+    assert len(recovered) == 1 and recovered[0].usage is None  # type: ignore[attr-defined]
+    assert len(marker.read_text().split()) == 1
+    _verify_log_ok(home)
 
 
 def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:

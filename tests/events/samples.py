@@ -138,6 +138,9 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
     cell.CellPaused: lambda a: cell.CellPaused(),
     cell.CellResumed: lambda a: cell.CellResumed(),
     cell.HangDetected: lambda a: cell.HangDetected(attempt=a, silent_s=300.0),
+    cell.RunOutputCapped: lambda a: cell.RunOutputCapped(
+        attempt=a, path="/runs/oc.jsonl", cap_bytes=64 << 20
+    ),
     cell.JudgeVerdictRecorded: lambda a: cell.JudgeVerdictRecorded(
         attempt=a,
         judge="swe-arena-official-judge",
