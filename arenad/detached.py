@@ -68,13 +68,22 @@ class RunFiles(msgspec.Struct, frozen=True, kw_only=True):
         return Path(self.run_dir) / EXIT_FILE
 
 
-def _capped_marker(path: str) -> str:
+def capped_marker(path: str) -> str:
+    """The file the wrapper makes next to an output file once it drops bytes of it."""
     return path + runwrap.CAPPED_SUFFIX
 
 
-def capped_outputs(paths: Sequence[str]) -> list[str]:
-    """Those of a run's output files that the wrapper's cap has cut (it marks each one)."""
-    return [path for path in paths if os.path.exists(_capped_marker(path))]
+def capped_outputs(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """(path, cause) for each of a run's output files the wrapper cut: cause is "cap", or
+    the write error that made the rest of the output undeliverable."""
+    cut = []
+    for path in paths:
+        try:
+            cause = Path(capped_marker(path)).read_text(errors="replace").strip()
+        except OSError:
+            continue
+        cut.append((path, cause or "cap"))
+    return cut
 
 
 class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -501,7 +510,7 @@ async def spawn_detached(
     if not argv:
         raise proc.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
-    for stale in (files.exit_file, _capped_marker(files.stdout), _capped_marker(files.stderr)):
+    for stale in (files.exit_file, capped_marker(files.stdout), capped_marker(files.stderr)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stale)
     options = [

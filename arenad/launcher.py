@@ -93,7 +93,12 @@ def _spawn(
         _send(sock, ("error", request_id, f"expected one release fd, got {len(fds)}"))
         return
     release_fd = fds[0]
-    ready_r, ready_w = os.pipe()
+    try:
+        ready_r, ready_w = os.pipe()
+    except OSError as exc:
+        os.close(release_fd)
+        _send(sock, ("error", request_id, f"pipe: {exc}"))
+        return
     try:
         pid = os.fork()
     except OSError as exc:

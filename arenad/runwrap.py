@@ -26,7 +26,8 @@ reaches both. Four jobs:
 4. **Cap the agent's output.** The agent's stdout and stderr are pipes that the wrapper
    copies into their files, up to ``--cap`` bytes each (no cap if negative, the default).
    Past the cap the output is still read, so the agent never blocks, but dropped; the
-   first dropped byte creates ``<file>.capped`` so the daemon records the cut.
+   first dropped byte creates ``<file>.capped`` so the daemon records the cut. A file that
+   cannot be written (disk full) is treated the same way, with the error as the cause.
 
 Arguments (all required but ``--stdin`` and ``--cap``)::
 
@@ -72,6 +73,8 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     missing = [name for name in (*required, "stderr") if name not in parsed]
     if missing:
         raise SystemExit(f"runwrap: missing options {missing}")
+    if not parsed.get("cap", "-1").lstrip("-").isdigit():
+        raise SystemExit(f"runwrap: --cap must be a whole number, not {parsed['cap']!r}")
     return parsed, command
 
 
@@ -160,25 +163,48 @@ def _wait_for_release(opts: dict[str, str]) -> bool:
 
 class _CappedFile:
     """One of the agent's output streams: copied from its pipe into its file, up to the
-    cap. The first byte dropped creates ``<file>.capped``, so the daemon can record it."""
+    cap. The first byte dropped writes ``<file>.capped`` with the cause ("cap", or the
+    write error that made the rest undeliverable); while bytes keep being dropped its
+    mtime moves (at most once a second), so the run does not look silent."""
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
         self.room = cap
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.capped = False
+        self.dropped_at: float | None = None
 
     def write(self, chunk: bytes) -> None:
-        if self.room >= 0 and len(chunk) > self.room:
-            chunk = chunk[: self.room]
-            if not self.capped:
-                self.capped = True
-                os.close(os.open(self.path + CAPPED_SUFFIX, os.O_WRONLY | os.O_CREAT, 0o644))
+        keep = chunk if self.room < 0 else chunk[: self.room]
+        if len(keep) < len(chunk):
+            self._dropped("cap")
         if self.room >= 0:
-            self.room -= len(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(self.fd, view) :]
+            self.room -= len(keep)
+        view = memoryview(keep)
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:
+            # Disk full, a quota, an I/O error: the agent must not notice (it would have
+            # before, writing the file itself); the rest of this stream is read and dropped.
+            self.room = 0
+            self._dropped(f"write error: {exc.strerror or exc}")
+
+    def _dropped(self, cause: str) -> None:
+        marker = self.path + CAPPED_SUFFIX
+        now = time.monotonic()
+        try:
+            if self.dropped_at is None:
+                self.dropped_at = now
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, cause.encode())
+                finally:
+                    os.close(fd)
+            elif now - self.dropped_at >= 1.0:
+                self.dropped_at = now
+                os.utime(marker)
+        except OSError as exc:
+            sys.stderr.write(f"runwrap: {self.path}: output dropped ({cause}); marker: {exc}\n")
 
 
 def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _CappedFile]]:
@@ -202,7 +228,14 @@ def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _Ca
             command,
             dict(os.environ),
             file_actions=actions,
-            setsigdef=(_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE),
+            # Python ignores SIGPIPE and SIGXFSZ; the agent gets their defaults back.
+            setsigdef=(
+                _signal.SIGTERM,
+                _signal.SIGINT,
+                _signal.SIGHUP,
+                _signal.SIGPIPE,
+                _signal.SIGXFSZ,
+            ),
         )
     except OSError:
         for fd in [*pipes, *write_ends]:
@@ -223,30 +256,29 @@ def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
     import select
 
     files = list(pipes.values())
+    pidfd = os.pidfd_open(pid)  # readable once the agent has exited; no polling
     status: int | None = None
-    drain_until = 0.0
-    while pipes:
-        if status is None:
-            done, wait_status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = wait_status
-                drain_until = time.monotonic() + LEFTOVER_DRAIN_S
-        elif time.monotonic() >= drain_until:
-            break
-        ready, _, _ = select.select(list(pipes), [], [], 0.1)
-        for fd in ready:
-            chunk = os.read(fd, 1 << 16)
-            if chunk:
-                pipes[fd].write(chunk)
-            else:
-                os.close(fd)
-                del pipes[fd]
-    for fd in pipes:
-        os.close(fd)
-    for file in files:
-        os.close(file.fd)
-    if status is None:
-        _, status = os.waitpid(pid, 0)
+    drain_until: float | None = None
+    try:
+        while status is None or (pipes and time.monotonic() < (drain_until or 0.0)):
+            watched = [*pipes, pidfd] if status is None else list(pipes)
+            timeout = None if drain_until is None else max(0.0, drain_until - time.monotonic())
+            ready, _, _ = select.select(watched, [], [], timeout)
+            for fd in ready:
+                if fd == pidfd:
+                    _, status = os.waitpid(pid, 0)
+                    drain_until = time.monotonic() + LEFTOVER_DRAIN_S
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    pipes[fd].write(chunk)
+                else:
+                    os.close(fd)
+                    del pipes[fd]
+    finally:
+        for fd in [pidfd, *pipes, *(file.fd for file in files)]:
+            os.close(fd)
+    assert status is not None  # the loop ends only once the agent has been waited for
     return status
 
 

@@ -60,12 +60,14 @@ class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
 
 
 class RunOutputCapped(Event, tag="run.output-capped", frozen=True, kw_only=True):
-    """One of the run's output files reached the cap: its first ``cap_bytes`` bytes are
-    kept, everything the agent wrote after them was dropped (recorded once the run ended)."""
+    """One of the run's output files was cut (recorded once the run ended): with cause
+    "cap", its first ``cap_bytes`` bytes are kept and the rest of the agent's output was
+    dropped; otherwise the cause is the write error (disk full...) after which it was."""
 
     attempt: int
     path: str
     cap_bytes: int
+    cause: str = "cap"
 
 
 class RunCompleted(Event, tag="run.completed", frozen=True, kw_only=True):

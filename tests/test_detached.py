@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -455,7 +456,7 @@ async def test_output_past_the_cap_is_dropped_and_the_file_marked(
     assert (end.how, end.code) == ("exited", 3)
     assert (tmp_path / "out").read_bytes() == expected[:65536]
     assert (tmp_path / "err").read_text() == "oops\n"
-    assert capped_outputs([run.files.stdout, run.files.stderr]) == [run.files.stdout]
+    assert capped_outputs([run.files.stdout, run.files.stderr]) == [(run.files.stdout, "cap")]
 
 
 async def test_output_within_the_cap_is_whole_and_unmarked(
@@ -490,3 +491,30 @@ async def test_a_leftover_holding_the_output_pipe_does_not_hold_the_run(
     assert (end.how, end.code, end.leftovers_killed) == ("exited", 0, True)
     assert (tmp_path / "out").read_text() == "bye\n"
     assert not proc.group_alive(run.pgid)
+
+
+async def test_an_output_file_that_cannot_be_written_still_gets_the_exit_recorded(
+    tmp_path: Path,
+) -> None:
+    # The wrapper (and so its launcher) may write files of at most 1 MiB: past that its
+    # writes fail (EFBIG), as on a full disk. The agent, writing into a pipe, never notices;
+    # the exit is recorded and the file marked with the error.
+    launcher = WrapperLauncher()
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limit[1]))
+    try:
+        run = await _spawn_capped(
+            tmp_path, "head -c 3000000 /dev/zero; echo done >&2; exit 7", launcher, cap=-1
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    try:
+        run.release()
+        end = await run.wait(_clock)
+        assert (end.how, end.code) == ("exited", 7)
+        assert (tmp_path / "out").stat().st_size == 1 << 20
+        assert (tmp_path / "err").read_text() == "done\n"
+        [(path, cause)] = capped_outputs([run.files.stdout, run.files.stderr])
+        assert path == run.files.stdout and cause == "write error: File too large"
+    finally:
+        await launcher.close()

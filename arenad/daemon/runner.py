@@ -48,6 +48,7 @@ from arenad.detached import (
     RunEnd,
     RunFiles,
     WrapperLauncher,
+    capped_marker,
     capped_outputs,
     spawn_detached,
 )
@@ -459,12 +460,15 @@ class CellRunner:
         after_s = self.config.hang_after_s
         assert after_s is not None
         files = [Path(run.files.stdout), Path(run.files.stderr)]
+        # Output dropped past the cap still counts as output: the wrapper moves the
+        # marker's mtime while it drops.
+        markers = [Path(capped_marker(str(f))) for f in files]
         last_mark: tuple[int, ...] | None = None
         last_change_ms = self.clock()
         reported = False
         while True:
             await asyncio.sleep(min(after_s / 4, 5.0))
-            mark = (sink.appended, *(_size(f) for f in files))
+            mark = (sink.appended, *(_size(f) for f in files), *(_mtime_ns(m) for m in markers))
             now = self.clock()
             if mark != last_mark:
                 last_mark, last_change_ms, reported = mark, now, False
@@ -627,8 +631,10 @@ def _output_capped(started: ev.RunStarted | None, attempt: int) -> list[ev.RunOu
         return []
     paths = [p for p in (started.stdout_path, started.stderr_path) if p]
     return [
-        ev.RunOutputCapped(attempt=attempt, path=path, cap_bytes=started.output_cap_bytes)
-        for path in capped_outputs(paths)
+        ev.RunOutputCapped(
+            attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
+        )
+        for path, cause in capped_outputs(paths)
     ]
 
 
@@ -638,6 +644,13 @@ def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     prepare_cell_env(run_dir, base_env)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
 
 
 def _size(path: Path) -> int:

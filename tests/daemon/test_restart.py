@@ -266,6 +266,19 @@ def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: 
     _verify_log_ok(home)
 
 
+def test_output_dropped_past_the_cap_is_not_silence(tmp_path: Path) -> None:
+    # Past the cap the files stop growing, yet the agent is busy: no hang is detected.
+    script = "for i in $(seq 60); do echo line-$i-xxxxxxxxxxxxxxxxxxxx; sleep 0.1; done"
+    home = _setup(tmp_path, ["bash", "-c", script], extra="max_output_bytes = 100")
+    daemon = start_daemon(home, "--until-idle", "--hang-after", "3", stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=60) == 0
+    events = _cell(home)
+    assert _of(events, ev.HangDetected) == []
+    [capped] = _of(events, ev.RunOutputCapped)
+    assert capped.cause == "cap" and capped.cap_bytes == 100  # type: ignore[attr-defined]
+    assert len(_of(events, ev.RunCompleted)) == 1
+
+
 def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     home = _setup(tmp_path, ["bash", "-c", f"echo $$ >> {marker}; sleep 120"])
