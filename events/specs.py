@@ -19,9 +19,11 @@ WORKER_PROMPT_SUFFIX = (
     " existing tests passing. An automated check verifies your work after you finish."
 )
 
+# The reference's cap on a child's captured output, here per agent stdout / stderr file.
+DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
+
 # The seed's test-file excludes (fixtures/excludes.txt); each becomes
 # ':(exclude,glob)<pattern>' on the patch-extraction pathspec.
-DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     "**/tests/**",
     "**/test/**",

@@ -62,13 +62,14 @@ async def _spawn(
     launcher: WrapperLauncher,
     timeout_s: float = 30.0,
     env: dict[str, str] | None = None,
+    cap: int | None = None,
 ) -> DetachedRun:
     tmp_path.mkdir(parents=True, exist_ok=True)
     return await spawn_detached(
         ["bash", "-c", script],
         cwd=str(tmp_path),
         env=dict(os.environ) if env is None else env,
-        files=_files(tmp_path),
+        files=msgspec.structs.replace(_files(tmp_path), cap_bytes=cap),
         store_path=tmp_path / "absent.db",
         stream=STREAM,
         attempt=1,
@@ -422,26 +423,6 @@ async def test_a_wrapper_leads_its_own_group_as_soon_as_its_spawn_returns(
     await asyncio.gather(*(run.wait(_clock) for run in runs))
 
 
-async def _spawn_capped(
-    tmp_path: Path, script: str, launcher: WrapperLauncher, cap: int, timeout_s: float = 30.0
-) -> DetachedRun:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    files = msgspec.structs.replace(_files(tmp_path), cap_bytes=cap)
-    return await spawn_detached(
-        ["bash", "-c", script],
-        cwd=str(tmp_path),
-        env=dict(os.environ),
-        files=files,
-        store_path=tmp_path / "absent.db",
-        stream=STREAM,
-        attempt=1,
-        timeout_s=timeout_s,
-        kill_grace_s=0.5,
-        clock=_clock,
-        launcher=launcher,
-    )
-
-
 async def test_output_past_the_cap_is_dropped_and_the_file_marked(
     tmp_path: Path, launcher: WrapperLauncher
 ) -> None:
@@ -450,7 +431,7 @@ async def test_output_past_the_cap_is_dropped_and_the_file_marked(
     script = "seq 1 50000 | sed 's/$/ xx/'; echo oops >&2; exit 3"
     expected = "".join(f"{i} xx\n" for i in range(1, 50001)).encode()
     assert len(expected) > 4 * 65536
-    run = await _spawn_capped(tmp_path, script, launcher, cap=65536)
+    run = await _spawn(tmp_path, script, launcher, cap=65536)
     run.release()
     end = await run.wait(_clock)
     assert (end.how, end.code) == ("exited", 3)
@@ -462,7 +443,7 @@ async def test_output_past_the_cap_is_dropped_and_the_file_marked(
 async def test_output_within_the_cap_is_whole_and_unmarked(
     tmp_path: Path, launcher: WrapperLauncher
 ) -> None:
-    run = await _spawn_capped(tmp_path, "printf 12345678; printf ab >&2", launcher, cap=8)
+    run = await _spawn(tmp_path, "printf 12345678; printf ab >&2", launcher, cap=8)
     run.release()
     assert (await run.wait(_clock)).code == 0
     assert (tmp_path / "out").read_text() == "12345678"
@@ -474,7 +455,7 @@ async def test_a_stale_cap_marker_is_cleared_at_spawn(
 ) -> None:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "out.capped").write_text("")
-    run = await _spawn_capped(tmp_path, "echo hi", launcher, cap=1024)
+    run = await _spawn(tmp_path, "echo hi", launcher, cap=1024)
     run.release()
     await run.wait(_clock)
     assert capped_outputs([run.files.stdout]) == []
@@ -485,7 +466,7 @@ async def test_a_leftover_holding_the_output_pipe_does_not_hold_the_run(
 ) -> None:
     # The agent exits at once but leaves a child that keeps its stdout open: the wrapper
     # stops copying shortly after and records the exit; the daemon ends the leftover.
-    run = await _spawn_capped(tmp_path, "sleep 60 & echo bye", launcher, cap=1024, timeout_s=20)
+    run = await _spawn(tmp_path, "sleep 60 & echo bye", launcher, cap=1024, timeout_s=20)
     run.release()
     end = await run.wait(_clock)
     assert (end.how, end.code, end.leftovers_killed) == ("exited", 0, True)
@@ -503,7 +484,7 @@ async def test_an_output_file_that_cannot_be_written_still_gets_the_exit_recorde
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limit[1]))
     try:
-        run = await _spawn_capped(
+        run = await _spawn(
             tmp_path, "head -c 3000000 /dev/zero; echo done >&2; exit 7", launcher, cap=-1
         )
     finally:
