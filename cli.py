@@ -15,9 +15,9 @@ import msgspec
 import typer
 
 from arenad import app as services
+from arenad.app.views import history_lines, recorded_to_json, status_table
 from arenad.errors import ArenadError, StoreError, UserError
 from arenad.home import Home, resolve_home
-from arenad.views import history_lines, recorded_to_json, status_table
 
 T = TypeVar("T")
 
@@ -182,7 +182,7 @@ def rebuild() -> None:
 def submit(
     campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
 ) -> None:
-    from arenad.submit import submit_campaign
+    from arenad.app.submit import submit_campaign
 
     result = run(submit_campaign(_ctx.home, campaign))
     typer.echo(
@@ -264,7 +264,7 @@ def abort(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
 ) -> None:
-    from arenad.control import abort_cell
+    from arenad.app.control import abort_cell
 
     state = run(abort_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: abort requested (state {state.status})")
@@ -278,7 +278,7 @@ def retry(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
 ) -> None:
-    from arenad.control import retry_cell
+    from arenad.app.control import retry_cell
 
     state = run(retry_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: attempt {state.attempt} submitted")
@@ -286,7 +286,7 @@ def retry(
 
 @command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
 def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
-    from arenad.control import pause_cell
+    from arenad.app.control import pause_cell
 
     run(pause_cell(_ctx.home, cell))
     typer.echo(f"{cell}: paused")
@@ -294,7 +294,7 @@ def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
 
 @command("Resume a paused cell.", "arenad resume demo:bug-1:SOLO:0")
 def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
-    from arenad.control import resume_cell
+    from arenad.app.control import resume_cell
 
     run(resume_cell(_ctx.home, cell))
     typer.echo(f"{cell}: resumed")
@@ -302,7 +302,7 @@ def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
 
 @command("Change how many cells a running daemon runs at once.", "arenad set-max-parallel 8")
 def set_max_parallel(value: Annotated[int, typer.Argument(help="Cells at once.")]) -> None:
-    from arenad.control import set_max_parallel as set_value
+    from arenad.app.control import set_max_parallel as set_value
 
     run(set_value(_ctx.home, value))
     typer.echo(f"max-parallel set to {value}")
@@ -318,7 +318,7 @@ def demo(
     ] = None,
     reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
 ) -> None:
-    from arenad.demo import run_demo
+    from arenad.app.demo import run_demo
     from arenad.logs import setup_logging
 
     setup_logging()

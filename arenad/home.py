@@ -21,8 +21,8 @@ import msgspec
 
 from arenad.clock import Clock, system_clock
 from arenad.errors import UserError
-from arenad.faults import FaultPlan
 from arenad.readmodels.cells import CellsProjector
+from arenad.store.faults import FaultPlan
 from arenad.store.sqlite import SqliteEventStore, Synchronous
 
 DB_NAME = "arenad.db"

@@ -30,12 +30,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from arenad.app import init_home
+from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
-from arenad.patch import extract_patch
-from arenad.submit import submit_campaign
-from arenad.verify import run_verify
+from arenad.verdict.patch import extract_patch
+from arenad.verdict.verify import run_verify
 from events.base import Recorded
 
 GIT_ENV = {

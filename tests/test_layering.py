@@ -88,7 +88,7 @@ def test_the_parser_sees_every_kind_of_import() -> None:
     # A guard on the scanner itself: a lazy import inside a function body (cli.py's
     # commands import their services that way) must be seen.
     targets = {i.target for i in ALL_IMPORTS if i.module == "cli"}
-    assert {"typer", "arenad.app", "arenad.submit"} <= targets
+    assert {"typer", "arenad.app", "arenad.app.submit"} <= targets
 
 
 def test_events_import_only_msgspec_the_stdlib_and_events() -> None:
@@ -127,10 +127,21 @@ def test_the_store_knows_nothing_of_cells() -> None:
     assert violations(("arenad.store",), STORE_MUST_NOT_IMPORT) == []
 
 
+# The cell's pure half: its machine and its retry policy. Its writer appends through the
+# EventStore interface (arenad.store.base) and nothing more concrete.
+CELL_PURE = ("arenad.cell.machine", "arenad.cell.retry")
+
+
 def test_the_cell_machine_knows_nothing_of_sql() -> None:
-    assert_governs_something(("arenad.cell",))
+    assert_governs_something(CELL_PURE)
     sql = ("sqlite3", "aiosqlite", "arenad.store", "arenad.readmodels", "arenad.home")
-    assert violations(("arenad.cell",), sql) == []
+    assert violations(CELL_PURE, sql) == []
+
+
+def test_the_cell_writer_knows_only_the_store_interface() -> None:
+    assert_governs_something(("arenad.cell.writer",))
+    concrete = ("sqlite3", "aiosqlite", "arenad.store.sqlite", "arenad.readmodels", "arenad.home")
+    assert violations(("arenad.cell.writer",), concrete) == []
 
 
 # I/O, clocks, randomness and concurrency: what a pure fold or projection never touches
@@ -160,13 +171,13 @@ IMPURE = (
     "arenad.clock",
     "arenad.store",
     "arenad.home",
-    "arenad.proc",
+    "arenad.runs.process",
     "arenad.daemon",
 )
 
 
 def test_the_cell_machine_is_pure() -> None:
-    assert violations(("arenad.cell",), IMPURE) == []
+    assert violations(CELL_PURE, IMPURE) == []
 
 
 # Arms and ingestion produce events; the ledger consumes them. The recovery capture (the
@@ -214,5 +225,5 @@ def test_the_ledger_projection_is_pure_outside_its_io_edge(module: str) -> None:
 
 def test_the_ledger_does_not_reach_into_the_daemon() -> None:
     # The ledger replays a log any daemon (or none) wrote; it shares the cell's append rules
-    # (arenad.cell_writer) with the daemon, not the daemon itself.
+    # (arenad.cell.writer) with the daemon, not the daemon itself.
     assert violations(("arenad.ledger",), ("arenad.daemon",)) == []

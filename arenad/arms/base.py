@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from arenad.ingest import WatchSource, file_source
-from arenad.secrets import wrap_bash
+from arenad.sandbox.secrets import wrap_bash
 from events.specs import ArmSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
 

@@ -21,20 +21,20 @@ from collections.abc import Iterator, Mapping
 import msgspec
 from watchdog.observers.api import BaseObserver
 
-from arenad import __version__, queries
+from arenad import __version__
 from arenad.cell.retry import RetryPolicy
-from arenad.clock import Clock, system_clock
+from arenad.clock import Clock, system_clock, wait_for_event
+from arenad.daemon.lease import DaemonLease
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.detached import WrapperLauncher
 from arenad.errors import ArenadError, StoreUnwritable
-from arenad.faults import fault_from_env
 from arenad.home import Home, open_store
 from arenad.ingest.watcher import start_observer, stop_observer
-from arenad.lease import DaemonLease
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
+from arenad.readmodels import queries
+from arenad.runs.detached import WrapperLauncher
+from arenad.store.faults import fault_from_env
 from arenad.store.sqlite import SqliteEventStore
-from arenad.waiting import wait_for_event
 from events import cell as ev
 from events.base import Recorded
 from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged

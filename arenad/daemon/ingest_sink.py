@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from arenad.recovery.usage import fold_oc_usage
 from arenad.store.base import AppendRequest, EventStore
-from arenad.usage import fold_oc_usage
 from events.base import Event
 from events.cell import SoloUsage
 from events.ingest import IngestionClosed, LineIngested

@@ -32,18 +32,20 @@ from typing import Literal
 import msgspec
 from watchdog.observers.api import BaseObserver
 
-from arenad import proc
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import ArmContext, arm_for
 from arenad.arms.supervisor import SupervisorArmRunner
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
-from arenad.cell_writer import CellMovedOn, CellWriter
-from arenad.cellenv import cell_env_for, cell_paths, prepare_cell_env
-from arenad.clock import Clock
+from arenad.cell.writer import CellMovedOn, CellWriter
+from arenad.clock import Clock, wait_for_event
 from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
-from arenad.detached import (
+from arenad.home import Home
+from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
+from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
+from arenad.runs import process as proc
+from arenad.runs.detached import (
     DetachedRun,
     RunEnd,
     RunFiles,
@@ -52,15 +54,12 @@ from arenad.detached import (
     capped_outputs,
     spawn_detached,
 )
-from arenad.home import Home
-from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
-from arenad.judge import run_judge
-from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
-from arenad.patch import extract_patch
+from arenad.sandbox.cellenv import cell_env_for, cell_paths, prepare_cell_env
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
-from arenad.verify import run_verify
-from arenad.waiting import wait_for_event
+from arenad.verdict.judge import run_judge
+from arenad.verdict.patch import extract_patch
+from arenad.verdict.verify import run_verify
 from events import cell as ev
 from events.base import Event
 from events.specs import SupervisorArm

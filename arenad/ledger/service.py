@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from arenad.cell.machine import cell_stream, next_status
-from arenad.cell_writer import CellWriter
+from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.judge import VerdictError, parse_verdict
 from arenad.ledger.project import LedgerStats, cell_resolution, new_stats, project_cell
 from arenad.ledger.proposer import (
     CandidateTally,
@@ -28,6 +27,7 @@ from arenad.ledger.proposer import (
 from arenad.ledger.rollout import assert_rollout_line, serialize_rollout_line
 from arenad.proposer.layout import SHOT_PREFIX, TRANSCRIPT_PREFIX, claude_project_slug
 from arenad.store.base import EventStore
+from arenad.verdict.judge import VerdictError, parse_verdict
 from events.base import Recorded
 from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Collection, Sequence
 
-from arenad.clock import Clock, system_clock
+from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.errors import ConcurrencyError, StoreError
 from arenad.store.base import AppendRequest, EventStore
-from arenad.waiting import wait_for_event
 from events.base import Recorded
 from events.codec import decode_event, encode_event, event_tag, event_version
 

@@ -30,9 +30,8 @@ from typing import Any, Literal, Protocol, get_args
 import aiosqlite
 import msgspec
 
-from arenad.clock import Clock, system_clock
+from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.errors import ConcurrencyError, StoreError, StoreUnwritable
-from arenad.faults import FaultPlan
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.chain import (
     ChainReport,
@@ -41,8 +40,8 @@ from arenad.store.chain import (
     length_prefixed,
     row_hash_parts,
 )
+from arenad.store.faults import FaultPlan
 from arenad.store.migrations import Migration, apply_migrations
-from arenad.waiting import wait_for_event
 from events.base import Event, Recorded
 from events.codec import (
     CURRENT_SHAPE,

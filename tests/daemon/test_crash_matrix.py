@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from arenad.faults import CRASH_EXIT
+from arenad.store.faults import CRASH_EXIT
 from events import cell as ev
 from events.base import Recorded
 from events.ingest import LineIngested

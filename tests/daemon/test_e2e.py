@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from arenad import proc
+from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home
-from arenad.submit import submit_campaign
+from arenad.runs import process as proc
 from events import cell as ev
 from events.base import Recorded
 from events.capture import AgentSessionCaptured

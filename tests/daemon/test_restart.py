@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from arenad import proc
+from arenad.runs import process as proc
 from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed

@@ -1,4 +1,4 @@
-"""arenad.proc against real children, real process groups and real signals."""
+"""arenad.runs.process against real children, real process groups and real signals."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from arenad import proc
-from arenad.proc import (
+from arenad.runs import process as proc
+from arenad.runs.process import (
     CommandError,
     GroupSurvivedError,
     SpawnError,

@@ -1,4 +1,5 @@
-"""arenad.cellenv: the isolated cell environment (the seed's prepareIsolatedCellEnvironment)."""
+"""arenad.sandbox.cellenv: the isolated cell environment (the seed's
+prepareIsolatedCellEnvironment)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.cellenv import (
+from arenad.sandbox.cellenv import (
     OPENCODE_OFFLINE_FLAGS,
     REMOVED_VARS,
     cell_env,

@@ -11,10 +11,10 @@ from typing import Any
 
 import aiosqlite
 
-from arenad import queries
 from arenad.cell.machine import cell_stream
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
+from arenad.readmodels import queries
 from arenad.store.chain import ChainReport
 from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
 from events.base import Recorded

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from arenad.proc import SpawnError, run
-from arenad.secrets import strip_provider_secrets
+from arenad.runs.process import SpawnError, run
+from arenad.sandbox.secrets import strip_provider_secrets
 from events.cell import JudgeVerdictRecorded
 from events.specs import JudgeSpec
 

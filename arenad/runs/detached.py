@@ -1,12 +1,12 @@
 """Agent runs that outlive the daemon: started through the run wrapper, watched by pid.
 
 :func:`spawn_detached` has the daemon's :class:`WrapperLauncher` fork a run wrapper
-(``arenad/runwrap.py``) in a new session (it is the group leader; the agent will be its
+(``arenad/runs/wrapper.py``) in a new session (it is the group leader; the agent will be its
 child in the same group) with the agent's stdio going to
 files in the run dir, not to pipes of the daemon — so nothing ties the agent's life to
 the daemon's. The wrapper holds the agent back until :meth:`DetachedRun.release` (called
 once ``RunStarted`` is committed) writes into its release pipe or, if the daemon died (the
-pipe reads end-of-file), until it has checked the log itself; see ``arenad/runwrap.py``
+pipe reads end-of-file), until it has checked the log itself; see ``arenad/runs/wrapper.py``
 for that rule.
 
 :meth:`DetachedRun.wait` is the same for a run this daemon started and for one it adopted
@@ -31,18 +31,19 @@ from typing import Any, Literal
 
 import msgspec
 
-from arenad import proc, runwrap
 from arenad.clock import Clock
+from arenad.runs import process as proc
+from arenad.runs import wrapper as runwrap
 
-log = logging.getLogger("arenad.detached")
+log = logging.getLogger("arenad.runs.detached")
 _Spawned = tuple[int, int | None, "asyncio.Future[None]"]
 
 WRAPPER = Path(runwrap.__file__).resolve()
 # The launcher imports the wrapper (and is imported itself, so both have cached bytecode);
 # their dir goes last on the path: stdlib names win over arenad's.
 _LAUNCHER_BOOT = (
-    f"import sys; sys.path.append({str(WRAPPER.parent)!r}); import launcher, runwrap;"
-    " sys.exit(launcher.main(runwrap.main))"
+    f"import sys; sys.path.append({str(WRAPPER.parent)!r}); import launcher, wrapper;"
+    " sys.exit(launcher.main(wrapper.main))"
 )
 # Bounds a launcher's exit once told to (it exits at once; a stuck one is killed).
 _LAUNCHER_EXIT_S = 5.0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from arenad.cell.machine import TERMINAL
 from arenad.home import Home, open_store
-from arenad.queries import RUNNABLE_WHERE, runnable_cells
+from arenad.readmodels.queries import RUNNABLE_WHERE, runnable_cells
 from events.cell import CellFailed, CellSubmitted
 from tests.events.samples import make_spec
 

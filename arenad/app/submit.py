@@ -6,11 +6,11 @@ from pathlib import Path
 
 import msgspec
 
-from arenad import queries
 from arenad.campaign import load_campaign, spec_sha256
 from arenad.cell.machine import cell_stream
 from arenad.errors import UserError
 from arenad.home import Home, open_store
+from arenad.readmodels import queries
 from arenad.store.base import AppendRequest
 from events.cell import CellSubmitted
 from events.control import CampaignSubmitted

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import msgspec
 
+from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.errors import UserError
 from arenad.home import Home
 from arenad.scripted_model.opencode_config import opencode_config_for_script
 from arenad.scripted_model.script import parse_script
 from arenad.scripted_model.server import run_in_thread
-from arenad.submit import submit_campaign
 
 PINNED_OPENCODE = "1.18.33"
 

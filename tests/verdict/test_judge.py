@@ -1,4 +1,4 @@
-"""arenad.judge: the campaign judge in a real shell, and the verdict document's rules."""
+"""arenad.verdict.judge: the campaign judge in a real shell, and the verdict document's rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from arenad.judge import VerdictError, parse_verdict, run_judge
+from arenad.verdict.judge import VerdictError, parse_verdict, run_judge
 from events.specs import JudgeSpec
 
 SENTINEL = "sk-SENTINEL-judge-7d21"

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from arenad.waiting import wait_for_event
+from arenad.clock import wait_for_event
 
 
 async def test_set_and_timeout() -> None:

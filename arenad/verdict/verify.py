@@ -1,8 +1,8 @@
 """The verify gate: ``bash -c <verify_cmd>`` in the workspace, provider secrets stripped.
 
 A test must not pass only because a key leaked in, so the gate's env loses every provider
-secret *name* (arenad.secrets). Output goes to ``verify.log``: stdout, then stderr, as the seed
-writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
+secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as
+the seed writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.proc import DEFAULT_KILL_GRACE_S, run
-from arenad.secrets import strip_provider_secrets, stripped_names
+from arenad.runs.process import DEFAULT_KILL_GRACE_S, run
+from arenad.sandbox.secrets import strip_provider_secrets, stripped_names
 
 VERIFY_TIMEOUT_S = 600.0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from arenad.errors import UserError
-from arenad.faults import FaultPlan, fault_from_env, parse_fault
+from arenad.store.faults import FaultPlan, fault_from_env, parse_fault
 
 
 def test_unset_arms_nothing() -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from arenad import proc
-from arenad.detached import (
+from arenad.runs import process as proc
+from arenad.runs.detached import (
     DetachedRun,
     RunFiles,
     WrapperLauncher,
@@ -191,7 +191,7 @@ _PARENT = textwrap.dedent(
     """
     import asyncio, json, os, sys, time
     from pathlib import Path
-    from arenad.detached import RunFiles, WrapperLauncher, spawn_detached
+    from arenad.runs.detached import RunFiles, WrapperLauncher, spawn_detached
 
     async def main():
         d = Path(sys.argv[1])

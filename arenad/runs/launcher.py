@@ -4,7 +4,7 @@ Starting the run wrapper as a fresh interpreter costs ~8 ms of CPU per agent run
 no-op cell's cost). The daemon starts this module once instead (``python -I -S -c`` with the
 standard library only, like the wrapper) and asks it for each wrapper; it forks one from
 its already-initialised interpreter (well under a millisecond) and the child runs
-``runwrap.main`` exactly as a freshly started wrapper would: in a new session, with the
+``wrapper.main`` exactly as a freshly started wrapper would: in a new session, with the
 release pipe as stdin, stdout and stderr on the wrapper log, the agent's environment as its
 own, and no other file descriptor.
 
@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# The run wrapper's entry point (``runwrap.main``): passed in by the boot line, which
+# The run wrapper's entry point (``wrapper.main``): passed in by the boot line, which
 # imports both modules from arenad's dir without importing the arenad package.
 RunWrapper = Callable[[list[str]], int]
 

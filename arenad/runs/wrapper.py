@@ -49,7 +49,7 @@ import time
 # wrapper imports nothing but the standard library.
 RUN_STARTED_TAG = "run.started"
 NOT_STARTED_EXIT = 3
-# Made next to an output file once the cap has cut it (arenad.detached reads it).
+# Made next to an output file once the cap has cut it (arenad.runs.detached reads it).
 CAPPED_SUFFIX = ".capped"
 # How long output is still copied after the agent exited while a leftover holds its pipes.
 LEFTOVER_DRAIN_S = 1.0

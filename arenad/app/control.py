@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arenad.cell.machine import CellState
-from arenad.cell_writer import CellMovedOn, CellWriter
+from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from events import cell as ev

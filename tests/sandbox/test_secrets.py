@@ -1,4 +1,4 @@
-"""arenad.secrets: the wrapper argv, the auth bootstrap, and secret stripping."""
+"""arenad.sandbox.secrets: the wrapper argv, the auth bootstrap, and secret stripping."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from arenad.proc import run
-from arenad.secrets import (
+from arenad.runs.process import run
+from arenad.sandbox.secrets import (
     AUTH_BOOTSTRAP,
     is_provider_secret,
     shq,

@@ -1,4 +1,4 @@
-"""arenad.usage: the seed's parseOcUsage as a fold."""
+"""arenad.recovery.usage: the seed's parseOcUsage as a fold."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from arenad.usage import fold_oc_usage, js_to_fixed_number, parse_oc_usage
+from arenad.recovery.usage import fold_oc_usage, js_to_fixed_number, parse_oc_usage
 from events.cell import SoloUsage
 
 

@@ -1,4 +1,4 @@
-"""arenad.patch against a real workspace."""
+"""arenad.verdict.patch against a real workspace."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from arenad.patch import diff_argv, extract_patch, patch_line_count
+from arenad.verdict.patch import diff_argv, extract_patch, patch_line_count
 from events.specs import DEFAULT_EXCLUDES
 from tests.materialize.gitrepo import git, make_repo
 

@@ -1,4 +1,4 @@
-"""arenad.verify: the verify gate in a real shell."""
+"""arenad.verdict.verify: the verify gate in a real shell."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from arenad.verify import run_verify
+from arenad.verdict.verify import run_verify
 
 SENTINEL = "sk-SENTINEL-verify-31b0"
 

@@ -1,0 +1,1 @@
+"""What an agent run sees: its isolated cell environment, its secrets, its sandbox."""
