@@ -36,6 +36,7 @@ from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.verdict.patch import extract_patch
 from arenad.verdict.verify import run_verify
+from events import streams
 from events.base import Recorded
 
 GIT_ENV = {
@@ -151,7 +152,7 @@ def main() -> None:
         wall, recorded = asyncio.run(daemon_run(root, repo, base, args.cells, args.max_parallel))
         by_cell: dict[str, list[Recorded]] = defaultdict(list)
         for r in recorded:
-            if r.stream.startswith("cell/"):
+            if streams.is_cell_stream(r.stream):
                 by_cell[r.stream].append(r)
         steps: dict[str, list[float]] = defaultdict(list)
         recovered = 0

@@ -50,7 +50,7 @@ from pathlib import Path
 import msgspec
 
 from arenad.app import init_home
-from arenad.daemon.ingest_sink import IngestSink, ingest_stream
+from arenad.daemon.ingest_sink import IngestSink
 from arenad.home import Home, open_store
 from arenad.ingest import (
     RunDirWatcher,
@@ -63,6 +63,7 @@ from arenad.ingest.watcher import DEFAULT_MAX_BATCH_EVENTS
 from arenad.store.sqlite import SqliteEventStore
 from events.base import Event
 from events.ingest import LineIngested, LineMalformed
+from events.streams import ingest_stream
 
 TARGET_P95_MS = 250.0
 TARGET_LINES_PER_S = 50_000.0

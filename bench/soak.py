@@ -34,6 +34,7 @@ from pathlib import Path
 from arenad.home import Home, open_store
 from bench.daemon import make_repo
 from events import cell as ev
+from events import streams
 from events.ingest import LineIngested
 
 ARENAD = str(Path(sys.executable).parent / "arenad")
@@ -98,7 +99,7 @@ def start_daemon(home: Path, parallel: int, log: Path) -> subprocess.Popen[bytes
                 ARENAD,
                 "--home",
                 str(home),
-                "daemon",
+                streams.DAEMON,
                 "--until-idle",
                 "--max-parallel",
                 str(parallel),
@@ -144,7 +145,7 @@ def check(home: Path, marker: Path, cells: int) -> dict[str, object]:
             async for r in store.read_all(0):
                 e = r.event
                 tags[r.tag] += 1
-                if r.stream.startswith("cell/"):
+                if streams.is_cell_stream(r.stream):
                     cell = r.stream[5:]
                     final[cell] = r.tag
                     if isinstance(e, ev.RunStarted):
@@ -153,7 +154,7 @@ def check(home: Path, marker: Path, cells: int) -> dict[str, object]:
                         run_dirs[(cell, e.attempt)] = e.run_dir
                     elif isinstance(e, ev.RunAborted) and e.reason == "lost with the daemon":
                         lost += 1
-                elif r.stream.startswith("ingest/") and isinstance(e, LineIngested):
+                elif r.stream.startswith(streams.INGEST) and isinstance(e, LineIngested):
                     _, cell, attempt = r.stream.rsplit("/", 2)
                     ingested[(cell, int(attempt))].append(e)
 

@@ -42,14 +42,16 @@ from typing import Any
 
 import msgspec
 
-from arenad.cell.machine import CellState, apply, is_cell_stream
+from arenad.cell.machine import CellState, apply
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
+from events import streams
 from events.base import Event
 from events.codec import decode_event, encode_event, event_tag, event_version
 from events.ingest import LineIngested
 from events.specs import CellSpec, InstanceSpec, MaterializerSpec, SoloArm
+from events.streams import is_cell_stream
 
 BATCH = 1000  # events per transaction in the batched figures
 STREAMS_PER_BATCH = 10
@@ -87,7 +89,7 @@ def line(stream_no: int, n: int) -> LineIngested:
 
 
 def ingest_stream(cell_no: int) -> str:
-    return f"ingest/bench:i{cell_no:05d}:SOLO:0/1"
+    return streams.ingest_stream(f"bench:i{cell_no:05d}:SOLO:0", 1)
 
 
 # A pool of distinct events reused across batches (the database stores bytes; building a
@@ -324,7 +326,7 @@ def replay_log_requests(total: int, cells: int) -> Iterator[list[AppendRequest]]
     for first in range(0, cells, STREAMS_PER_BATCH):
         group = range(first, min(first + STREAMS_PER_BATCH, cells))
         yield [
-            AppendRequest(f"cell/{cell_spec(c).cell_id}", 0, cell_start(cell_spec(c)))
+            AppendRequest(streams.cell_stream(cell_spec(c).cell_id), 0, cell_start(cell_spec(c)))
             for c in group
         ]
         for start in range(0, per_cell_lines, chunk):
@@ -333,12 +335,14 @@ def replay_log_requests(total: int, cells: int) -> Iterator[list[AppendRequest]]
                 AppendRequest(ingest_stream(c), start, [line(c, start + i) for i in range(count)])
                 for c in group
             ]
-        yield [AppendRequest(f"cell/{cell_spec(c).cell_id}", 3, cell_end()) for c in group]
+        yield [
+            AppendRequest(streams.cell_stream(cell_spec(c).cell_id), 3, cell_end()) for c in group
+        ]
     # Round up to exactly ``total`` on one more stream (the daemon's own notes).
     written = cells * (6 + per_cell_lines)
     for start in range(0, total - written, BATCH):
         count = min(BATCH, total - written - start)
-        yield [AppendRequest("daemon", start, [POOL[i % BATCH] for i in range(count)])]
+        yield [AppendRequest(streams.DAEMON, start, [POOL[i % BATCH] for i in range(count)])]
 
 
 async def build_replay_log(path: Path, total: int, cells: int) -> float:

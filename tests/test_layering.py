@@ -171,7 +171,7 @@ IMPURE = (
     "arenad.clock",
     "arenad.store",
     "arenad.home",
-    "arenad.runs.process",
+    "arenad.runs.commands",
     "arenad.daemon",
 )
 

@@ -10,6 +10,7 @@ from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from events import cell as ev
+from events import streams
 from events.base import Event
 from events.control import MaxParallelChanged
 
@@ -75,7 +76,7 @@ async def set_max_parallel(home: Home, value: int) -> None:
     if value < 1:
         raise UserError("max-parallel must be at least 1")
     async with open_store(home) as store:
-        await store.append("control", None, [MaxParallelChanged(max_parallel=value)])
+        await store.append(streams.CONTROL, None, [MaxParallelChanged(max_parallel=value)])
 
 
 __all__ = [

@@ -11,13 +11,13 @@ from typing import Any
 
 import aiosqlite
 
-from arenad.cell.machine import cell_stream
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
 from arenad.readmodels import queries
 from arenad.store.chain import ChainReport
 from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
 from events.base import Recorded
+from events.streams import attempt_prefixes, cell_stream
 
 
 async def init_home(home: Home) -> list[str]:
@@ -65,9 +65,8 @@ async def history(home: Home, cell_id: str) -> list[Recorded]:
         if not recorded:
             raise UserError(f"no cell {cell_id!r} in {home.db_path} (see `arenad status`)")
         # The cell's other streams (ingestion, captures) belong to its audit trail too.
-        others = await store.streams(f"ingest/{cell_id}/") + await store.streams(
-            f"capture/{cell_id}/"
-        )
+        ingest, capture = attempt_prefixes(cell_id)
+        others = await store.streams(ingest) + await store.streams(capture)
         recorded += await store.read_streams(others)
     recorded.sort(key=lambda r: r.seq)
     return recorded

@@ -7,13 +7,13 @@ from pathlib import Path
 import msgspec
 
 from arenad.campaign import load_campaign, spec_sha256
-from arenad.cell.machine import cell_stream
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels import queries
 from arenad.store.base import AppendRequest
 from events.cell import CellSubmitted
 from events.control import CampaignSubmitted
+from events.streams import campaign_stream, cell_of, cell_stream
 
 
 class SubmitResult(msgspec.Struct, frozen=True):
@@ -44,14 +44,14 @@ async def submit_campaign(home: Home, path: Path) -> SubmitResult:
                 )
             )
         if new:
-            stream = f"campaign/{campaign.name}"
+            stream = campaign_stream(campaign.name)
             record = CampaignSubmitted(
                 name=campaign.name,
                 source_path=campaign.source_path,
                 spec_sha256=campaign.spec_sha256,
-                cell_ids=[r.stream[len("cell/") :] for r in new],
+                cell_ids=[cell_of(r.stream) for r in new],
                 max_parallel=campaign.max_parallel,
             )
             # One transaction: the campaign's cells appear together or not at all.
             await store.append_many([*new, AppendRequest(stream, None, [record])])
-    return SubmitResult(campaign.name, [r.stream[len("cell/") :] for r in new], already)
+    return SubmitResult(campaign.name, [cell_of(r.stream) for r in new], already)

@@ -233,11 +233,3 @@ def fold(events: list[Recorded] | list[tuple[Event, int]]) -> CellState | None:
         else:
             state = apply(state, item[0], item[1])
     return state
-
-
-def cell_stream(cell_id: str) -> str:
-    return f"cell/{cell_id}"
-
-
-def is_cell_stream(stream: str) -> bool:
-    return stream.startswith("cell/")

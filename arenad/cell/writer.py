@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from arenad.cell.machine import CellState, apply, cell_stream, fold
+from arenad.cell.machine import CellState, apply, fold
 from arenad.errors import ArenadError, ConcurrencyError
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event, Recorded
+from events.streams import cell_stream
 
 
 class CellMovedOn(ArenadError):

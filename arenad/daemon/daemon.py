@@ -36,6 +36,7 @@ from arenad.runs.detached import WrapperLauncher
 from arenad.store.faults import fault_from_env
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
+from events import streams
 from events.base import Recorded
 from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged
 
@@ -56,10 +57,8 @@ _SCHEDULE_TAGS = frozenset(
     }
 )
 
-DAEMON_STREAM = "daemon"
 # Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
 WORKSPACE_TEMPLATES = "workspace-templates"
-CONTROL_STREAM = "control"
 
 
 class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,8 +168,8 @@ class Daemon:
         if isinstance(e, MaxParallelChanged):
             self.max_parallel = e.max_parallel
             log.info("max-parallel is now %d", e.max_parallel)
-        elif r.stream.startswith("cell/"):
-            cell_id = r.stream[len("cell/") :]
+        elif streams.is_cell_stream(r.stream):
+            cell_id = streams.cell_of(r.stream)
             runner = self.runners.get(cell_id)
             if isinstance(e, ev.AbortRequested) and runner is not None:
                 runner.request_abort(e.reason)
@@ -248,7 +247,7 @@ class Daemon:
         start_seq = await self.store.last_seq()
         await self._load_limits()
         await self.store.append(
-            DAEMON_STREAM,
+            streams.DAEMON,
             None,
             [
                 DaemonStarted(
@@ -306,7 +305,7 @@ class Daemon:
             await self.launcher.close()
             if self.fatal is None:
                 await self.store.append(
-                    DAEMON_STREAM, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
+                    streams.DAEMON, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
                 )
         if self.fatal is not None:
             raise DaemonFatal(
@@ -317,10 +316,10 @@ class Daemon:
         return 0
 
     async def _load_limits(self) -> None:
-        for stream in await self.store.streams("campaign/"):
+        for stream in await self.store.streams(streams.CAMPAIGN):
             for r in await self.store.read_stream(stream):
                 self._on_event(r)
-        for r in await self.store.read_stream(CONTROL_STREAM):
+        for r in await self.store.read_stream(streams.CONTROL):
             if self.options.max_parallel is None:
                 self._on_event(r)
 

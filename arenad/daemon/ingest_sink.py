@@ -14,10 +14,6 @@ from events.cell import SoloUsage
 from events.ingest import IngestionClosed, LineIngested
 
 
-def ingest_stream(cell_id: str, attempt: int) -> str:
-    return f"ingest/{cell_id}/{attempt}"
-
-
 class IngestSink:
     """Appends what the watcher ingests. With ``hold_close``, the watcher's last batch (the
     one that ends in IngestionClosed) is held for the caller to append together with the

@@ -26,10 +26,7 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
 from events.specs import CommandArm
-
-
-def capture_stream(cell_id: str, attempt: int) -> str:
-    return f"capture/{cell_id}/{attempt}"
+from events.streams import capture_stream
 
 
 def spend_figures(captures: list[AgentSessionCaptured]) -> ev.SpendFigures:

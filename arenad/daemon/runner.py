@@ -39,12 +39,12 @@ from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon.ingest_sink import IngestSink, ingest_stream, usage_from_stream
+from arenad.daemon.ingest_sink import IngestSink, usage_from_stream
 from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
 from arenad.home import Home
 from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
 from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
-from arenad.runs import process as proc
+from arenad.runs import groups
 from arenad.runs.detached import (
     DetachedRun,
     RunEnd,
@@ -63,6 +63,7 @@ from arenad.verdict.verify import run_verify
 from events import cell as ev
 from events.base import Event
 from events.specs import SupervisorArm
+from events.streams import ingest_stream
 
 log = logging.getLogger("arenad.cell")
 
@@ -287,7 +288,7 @@ class CellRunner:
                 clock=self.clock,
                 launcher=self.launcher,
             )
-        except proc.SpawnError as exc:
+        except groups.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
             return
         started = ev.RunStarted(
@@ -322,8 +323,8 @@ class CellRunner:
         ctx = self._context(state)
         if started.exit_file is None:
             # Recorded before runs had a wrapper: nothing can say how it ended.
-            if proc.process_identity_matches(started.pid, started.process_start_ticks or -1):
-                await proc.kill_group(started.pgid, started.kill_grace_s)
+            if groups.process_identity_matches(started.pid, started.process_start_ticks or -1):
+                await groups.kill_group(started.pgid, started.kill_grace_s)
             await self._record_end(
                 state, ctx, RunEnd(how="lost", code=None, ended_at_ms=self.clock())
             )
@@ -404,11 +405,11 @@ class CellRunner:
                 assert end.code is not None
                 outcome = ev.RunCompleted(attempt=attempt, rc=end.code, wall_s=wall_s)
             case "timed_out":
-                outcome = ev.RunTimedOut(attempt=attempt, rc=proc.TIMEOUT_CODE, wall_s=wall_s)
+                outcome = ev.RunTimedOut(attempt=attempt, rc=groups.TIMEOUT_CODE, wall_s=wall_s)
             case "aborted":
                 outcome = ev.RunAborted(
                     attempt=attempt,
-                    rc=proc.ABORT_CODE,
+                    rc=groups.ABORT_CODE,
                     wall_s=wall_s,
                     reason=end.reason or self.abort_reason,
                 )

@@ -13,7 +13,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arenad.cell.machine import cell_stream, next_status
+from arenad.cell.machine import next_status
 from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
@@ -32,6 +32,7 @@ from events.base import Recorded
 from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
 from events.codec import event_tag_of_type
+from events.streams import CELL, attempt_prefixes, cell_of, cell_stream
 
 __all__ = [
     "default_run_id",
@@ -41,7 +42,6 @@ __all__ = [
     "write_ledger_atomically",
 ]
 
-CELL_PREFIX = "cell/"
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ def default_run_id(cell_ids: Sequence[str]) -> str:
 
 
 async def _cell_records(store: EventStore, cell_id: str) -> list[Recorded]:
-    streams = [cell_stream(cell_id), *await store.streams(f"capture/{cell_id}/")]
+    streams = [cell_stream(cell_id), *await store.streams(attempt_prefixes(cell_id)[1])]
     return await store.read_streams(streams)
 
 
@@ -77,7 +77,7 @@ async def project_store(
     Memory is bounded by one cell (or one worktree's transcripts), never the log: cells
     are read one at a time and lines stream to the file as they are made.
     """
-    all_cells = sorted(s[len(CELL_PREFIX) :] for s in await store.streams(CELL_PREFIX))
+    all_cells = sorted(cell_of(s) for s in await store.streams(CELL))
     chosen = sorted(set(cells)) if cells else all_cells
     unknown = [c for c in chosen if c not in set(all_cells)]
     if unknown:

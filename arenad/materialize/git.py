@@ -18,7 +18,7 @@ from arenad.materialize.workspace import (
     head_and_clean,
     prepare_dest,
 )
-from arenad.runs.process import CommandError, run_ok
+from arenad.runs.commands import CommandError, run_ok
 
 
 def _clone_source(source: str) -> str:

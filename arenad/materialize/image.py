@@ -20,7 +20,7 @@ from arenad.materialize.workspace import (
     command_step,
     prepare_dest,
 )
-from arenad.runs.process import CommandError, run_ok
+from arenad.runs.commands import CommandError, run_ok
 
 # docker create may pull a multi-GB image; cp copies a whole repo with its environment.
 CREATE_TIMEOUT_S = 1800.0

@@ -12,7 +12,7 @@ from typing import Literal
 import msgspec
 
 from arenad.errors import ArenadError
-from arenad.runs.process import CommandError, RunResult, run_ok
+from arenad.runs.commands import CommandError, RunResult, run_ok
 
 GIT_TIMEOUT_S = 120.0
 WORK_BRANCH = "hh-work"

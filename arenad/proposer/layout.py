@@ -22,6 +22,8 @@ from typing import Final
 
 import msgspec
 
+from events import streams
+
 __all__ = [
     "SHOT_PREFIX",
     "TRANSCRIPT_PREFIX",
@@ -34,8 +36,8 @@ __all__ = [
     "worktree_cwd",
 ]
 
-SHOT_PREFIX: Final = "proposer/shot/"
-TRANSCRIPT_PREFIX: Final = "proposer/transcript/"
+SHOT_PREFIX: Final = streams.PROPOSER_SHOT
+TRANSCRIPT_PREFIX: Final = streams.PROPOSER_TRANSCRIPT
 
 # The reference's /^gen(\d+)-cand(\d+)-shot(\d+)\.json$/ (JS \d is ASCII only). Names the
 # fan-out writes for unknown coordinates (genx-candx-…) are not receipts there either.

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 import aiosqlite
 import msgspec
 
-from arenad.cell.machine import CellState, apply, is_cell_stream
+from arenad.cell.machine import CellState, apply
 from arenad.errors import IllegalTransition
 from events.base import Recorded
+from events.streams import cell_of, is_cell_stream
 
 _state_encoder = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(CellState)
@@ -101,7 +102,7 @@ class CellsProjector:
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
         # The store hands over only cell streams' events (``wants``), never none.
-        ids = sorted({r.stream[len("cell/") :] for r in batch})
+        ids = sorted({cell_of(r.stream) for r in batch})
         states: dict[str, CellState | None] = dict.fromkeys(ids)
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
@@ -112,7 +113,7 @@ class CellsProjector:
                 states[str(cell_id)] = decode_state(blob)
         last: dict[str, int] = {}
         for r in batch:
-            cell_id = r.stream[len("cell/") :]
+            cell_id = cell_of(r.stream)
             state = apply(states[cell_id], r.event, r.recorded_at_ms)
             if state.cell_id != cell_id:
                 # The row is keyed by the spec's identity: a spec submitted on another

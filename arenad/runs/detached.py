@@ -32,7 +32,7 @@ from typing import Any, Literal
 import msgspec
 
 from arenad.clock import Clock
-from arenad.runs import process as proc
+from arenad.runs import groups
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.detached")
@@ -157,7 +157,7 @@ class DetachedRun:
         deadline_ms: int,
         kill_grace_s: float,
         reaped: asyncio.Future[None] | None = None,
-        gone_timeout_s: float = proc.DEFAULT_GONE_TIMEOUT_S,
+        gone_timeout_s: float = groups.DEFAULT_GONE_TIMEOUT_S,
         release_fd: int | None = None,
     ) -> None:
         self.pid = pid
@@ -200,11 +200,11 @@ class DetachedRun:
     @property
     def alive(self) -> bool:
         """Whether our wrapper (not a process that recycled its pid) is still running."""
-        if self.start_ticks is None or not proc.process_identity_matches(
+        if self.start_ticks is None or not groups.process_identity_matches(
             self.pid, self.start_ticks
         ):
             return False
-        return proc.group_alive(self.pgid)
+        return groups.group_alive(self.pgid)
 
     def release(self) -> None:
         """Let the agent start (call only once its RunStarted is committed): the wrapper's
@@ -243,38 +243,26 @@ class DetachedRun:
 
     async def wait(self, clock: Clock) -> RunEnd:
         """Wait for the run to end: on its own, at the deadline, or on :meth:`abort`."""
-        loop = asyncio.get_running_loop()
-        exited = asyncio.ensure_future(self._wait_exit(loop))
-        abort = asyncio.ensure_future(self._abort.wait())
-        sent: list[str] = []
-        timed_out = aborted = leftovers = False
-        try:
-            timeout = max(0.0, (self.deadline_ms - clock()) / 1000)
-            done, _ = await asyncio.wait(
-                {exited, abort}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if exited not in done:
-                aborted = abort in done
-                timed_out = not aborted
-                await proc.terminate_group(self.pgid, self.kill_grace_s, self.gone_timeout_s, sent)
-                await exited
-            await self._until_reaped()
-            if not (timed_out or aborted) and proc.group_alive(self.pgid):
-                # The agent left members behind in its group: they must not outlive the run.
-                leftovers = True
-                await proc.terminate_group(self.pgid, self.kill_grace_s, self.gone_timeout_s, sent)
-        finally:
-            exited.cancel()
-            abort.cancel()
+        end = await groups.supervise_group(
+            self.pgid,
+            self._wait_exit(asyncio.get_running_loop()),
+            [self._abort],
+            timeout_s=max(0.0, (self.deadline_ms - clock()) / 1000),
+            kill_grace_s=self.kill_grace_s,
+            gone_timeout_s=self.gone_timeout_s,
+            settled=self._until_reaped,
+        )
+        timed_out, aborted, sent = end.timed_out, end.aborted, end.signals_sent
+        leftovers = end.leftovers_killed
         now = clock()
         if timed_out:
             return RunEnd(
-                how="timed_out", code=proc.TIMEOUT_CODE, ended_at_ms=now, signals_sent=sent
+                how="timed_out", code=groups.TIMEOUT_CODE, ended_at_ms=now, signals_sent=sent
             )
         if aborted:
             return RunEnd(
                 how="aborted",
-                code=proc.ABORT_CODE,
+                code=groups.ABORT_CODE,
                 ended_at_ms=now,
                 reason=self._abort_reason,
                 signals_sent=sent,
@@ -312,7 +300,7 @@ class DetachedRun:
             return
         try:
             # pidfd_open may have found a newer process that reused the pid.
-            if self.start_ticks is None or proc.read_start_ticks(self.pid) != self.start_ticks:
+            if self.start_ticks is None or groups.read_start_ticks(self.pid) != self.start_ticks:
                 return
             ready: asyncio.Future[None] = loop.create_future()
 
@@ -349,6 +337,10 @@ class WrapperLauncher:
         self._pid: int | None = None
         self._reader: asyncio.Task[None] | None = None
         self._starting = asyncio.Lock()
+        # One sender at a time: an event loop keeps one writer callback per descriptor, so
+        # concurrent senders waiting for a full socket to drain would wake only the last
+        # one registered, and each one's remove_writer would drop the others' (a stall).
+        self._sending = asyncio.Lock()
         self._next_id = 0
         # Request id -> the reply: (pid, start ticks, the wrapper's reaped future).
         self._pending: dict[int, asyncio.Future[_Spawned]] = {}
@@ -372,7 +364,8 @@ class WrapperLauncher:
         self._pending[request_id] = reply
         try:
             message = marshal.dumps(("spawn", request_id, log, args, dict(env)))
-            await _send_with_fd(loop, sock, message, release_r)
+            async with self._sending:
+                await _send_with_fd(loop, sock, message, release_r)
             return await reply
         finally:
             self._pending.pop(request_id, None)
@@ -418,7 +411,7 @@ class WrapperLauncher:
             )
         except OSError as exc:
             ours.close()
-            raise proc.SpawnError(
+            raise groups.SpawnError(
                 [sys.executable, "-c", "launcher"], f"{type(exc).__name__}: {exc}"
             ) from exc
         finally:
@@ -441,7 +434,7 @@ class WrapperLauncher:
             self._pid = None
             self._reader = None
             sock.close()
-            gone = proc.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
+            gone = groups.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
             for reply in self._pending.values():
                 if not reply.done():
                     reply.set_exception(gone)
@@ -464,7 +457,7 @@ class WrapperLauncher:
             _, request_id, text = message
             reply = self._pending.get(request_id)
             if reply is not None and not reply.done():
-                reply.set_exception(proc.SpawnError([sys.executable, "-c", "launcher"], text))
+                reply.set_exception(groups.SpawnError([sys.executable, "-c", "launcher"], text))
         elif kind == "reaped":
             done = self._reaped.pop(message[1], None)
             if done is not None and not done.done():
@@ -509,7 +502,7 @@ async def spawn_detached(
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`."""
     if not argv:
-        raise proc.SpawnError(list(argv), "empty argv")
+        raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
     for stale in (files.exit_file, capped_marker(files.stdout), capped_marker(files.stderr)):
         with contextlib.suppress(FileNotFoundError):

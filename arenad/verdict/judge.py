@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from arenad.runs.process import SpawnError, run
+from arenad.runs.commands import run
+from arenad.runs.groups import SpawnError
 from arenad.sandbox.secrets import strip_provider_secrets
 from events.cell import JudgeVerdictRecorded
 from events.specs import JudgeSpec

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.runs.process import run_ok
+from arenad.runs.commands import run_ok
 
 GIT_TIMEOUT_S = 120.0
 LOOPS_EXCLUDES: tuple[str, ...] = (":(exclude,glob).loops/**", ":(exclude,glob)**/.loops/**")

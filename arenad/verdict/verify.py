@@ -15,7 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.runs.process import DEFAULT_KILL_GRACE_S, run
+from arenad.runs.commands import run
+from arenad.runs.groups import DEFAULT_KILL_GRACE_S
 from arenad.sandbox.secrets import strip_provider_secrets, stripped_names
 
 VERIFY_TIMEOUT_S = 600.0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from events import cell as ev
 from events.base import Event
+from events.streams import cell_of
 from tests.conftest import make_repo
 from tests.daemon.support import (
     cell_row,
@@ -124,7 +125,7 @@ def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(tmp_path: Pa
     spans: dict[tuple[str, int], list[int]] = {}
     for r in read_all(home):
         if isinstance(r.event, ev.RunStarted | ev.RunCompleted):
-            spans.setdefault((r.stream[len("cell/") :], r.event.attempt), []).append(r.seq)
+            spans.setdefault((cell_of(r.stream), r.event.attempt), []).append(r.seq)
 
     def overlap(x: tuple[str, int], y: tuple[str, int]) -> bool:
         (a0, a1), (b0, b1) = spans[x], spans[y]

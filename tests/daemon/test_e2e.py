@@ -16,7 +16,7 @@ import pytest
 from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home
-from arenad.runs import process as proc
+from arenad.runs import groups
 from events import cell as ev
 from events.base import Recorded
 from events.capture import AgentSessionCaptured
@@ -264,7 +264,7 @@ def test_timeout_kills_group_keeps_evidence(
         assert len(timed_out) == 1 and timed_out[0].rc == 124
         # No live member left (orphans that init has not reaped yet are zombies that
         # still answer killpg(pgid, 0), so liveness is read from /proc).
-        assert not proc.group_alive(started.pgid)
+        assert not groups.group_alive(started.pgid)
         verified = next(e for e in events if isinstance(e, ev.CellVerified))
         assert verified.scored is False and verified.not_scored_reason
         assert verified.patch_path is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from arenad.runs import process as proc
+from arenad.runs import groups
 from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed
@@ -116,7 +116,7 @@ def test_agent_outlives_a_killed_daemon_and_is_adopted(tmp_path: Path) -> None:
     _kill9_once_the_agent_runs(home, marker, tmp_path)
     started = _of(_cell(home), ev.RunStarted)[0]
     assert isinstance(started, ev.RunStarted)
-    assert proc.group_alive(started.pgid), "the agent died with the daemon"
+    assert groups.group_alive(started.pgid), "the agent died with the daemon"
 
     _finish(home, tmp_path)
     events = _cell(home)
@@ -154,7 +154,7 @@ def test_the_recorded_deadline_holds_for_an_adopted_run(tmp_path: Path) -> None:
     started = _of(events, ev.RunStarted)[0]
     timed_out = _of(events, ev.RunTimedOut)
     assert len(timed_out) == 1 and timed_out[0].rc == 124  # type: ignore[attr-defined]
-    assert not proc.group_alive(started.pgid)  # type: ignore[attr-defined]
+    assert not groups.group_alive(started.pgid)  # type: ignore[attr-defined]
     # Timed out at the original deadline, not a fresh ceiling from the restart.
     assert timed_out[0].wall_s < 4 + 3  # type: ignore[attr-defined]
 
@@ -166,7 +166,7 @@ def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> N
     started = _of(_cell(home), ev.RunStarted)[0]
     # The machine "rebooted": the run's whole group dies with no chance to record anything.
     os.killpg(started.pgid, signal.SIGKILL)  # type: ignore[attr-defined]
-    wait_for(lambda: not proc.group_alive(started.pgid), "the group to die")  # type: ignore[attr-defined]
+    wait_for(lambda: not groups.group_alive(started.pgid), "the group to die")  # type: ignore[attr-defined]
 
     _finish(home, tmp_path)
     events = _cell(home)
@@ -235,7 +235,7 @@ def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     aborted = _of(_cell(home), ev.RunAborted)
     assert len(aborted) == 1
     started = _of(_cell(home), ev.RunStarted)[0]
-    assert not proc.group_alive(started.pgid)  # type: ignore[attr-defined]
+    assert not groups.group_alive(started.pgid)  # type: ignore[attr-defined]
 
 
 def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: Path) -> None:

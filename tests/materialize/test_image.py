@@ -192,7 +192,7 @@ async def test_rm_failure_is_tolerated_and_noted(
 
 
 async def test_fake_rejects_unknown_container(tmp_path: Path, docker: FakeDocker) -> None:
-    from arenad.runs.process import run
+    from arenad.runs.commands import run
 
     result = await run([str(FAKE_DOCKER), "cp", "nope:/testbed", str(tmp_path / "x")])
     assert result.code == 1

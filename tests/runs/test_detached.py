@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from arenad.runs import process as proc
+from arenad.runs import groups
 from arenad.runs.detached import (
     DetachedRun,
     RunFiles,
@@ -92,7 +92,7 @@ async def test_released_agent_runs_and_its_exit_is_recorded(
     assert (tmp_path / "err").read_text() == "err\n"
     record = read_exit_record(run.files.exit_file)
     assert record is not None and record.started and record.exit_status == 7
-    assert not proc.group_alive(run.pgid)
+    assert not groups.group_alive(run.pgid)
 
 
 async def test_agent_is_held_back_until_released(tmp_path: Path, launcher: WrapperLauncher) -> None:
@@ -123,7 +123,7 @@ async def test_a_release_for_another_wrapper_is_not_taken(
 async def test_cancel_unreleased_starts_nothing(tmp_path: Path, launcher: WrapperLauncher) -> None:
     run = await _spawn(tmp_path, "touch started", launcher)
     await run.cancel_unreleased()
-    assert not proc.group_alive(run.pgid)
+    assert not groups.group_alive(run.pgid)
     assert not (tmp_path / "started").exists()
 
 
@@ -133,7 +133,7 @@ async def test_deadline_kills_the_whole_group(tmp_path: Path, launcher: WrapperL
     end = await run.wait(_clock)
     assert (end.how, end.code) == ("timed_out", 124)
     assert end.signals_sent and end.signals_sent[0] == "SIGTERM"
-    assert not proc.group_alive(run.pgid)
+    assert not groups.group_alive(run.pgid)
 
 
 async def test_abort_kills_the_group_and_the_wrapper_records_the_signal(
@@ -149,7 +149,7 @@ async def test_abort_kills_the_group_and_the_wrapper_records_the_signal(
     # SIGTERM reached the agent with its default action; the wrapper outlived it to say so.
     record = read_exit_record(run.files.exit_file)
     assert record is not None and record.term_signal == signal.SIGTERM
-    assert not proc.group_alive(run.pgid)
+    assert not groups.group_alive(run.pgid)
 
 
 async def test_missing_agent_binary_is_not_started(
@@ -248,7 +248,7 @@ async def _store(path: Path, started_pid: int | None = None) -> None:
                     cwd="/",
                     pid=started_pid,
                     pgid=started_pid,
-                    process_start_ticks=proc.read_start_ticks(started_pid),
+                    process_start_ticks=groups.read_start_ticks(started_pid),
                     started_at_ms=0,
                     deadline_ms=10**13,
                     timeout_s=30,
@@ -310,7 +310,7 @@ def _children(pid: int) -> list[int]:
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie."""
-    fields = proc._stat_fields(pid)
+    fields = groups.stat_fields(pid)
     return fields is not None and fields[0] not in ("Z", "X")
 
 
@@ -408,6 +408,23 @@ async def test_many_wrappers_at_once_each_get_their_own_reply(
     assert [end.code for end in ends] == list(range(12))
 
 
+async def test_three_hundred_concurrent_spawns_all_get_their_wrapper(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # Enough requests at once to fill the launcher socket's send buffer: each sender then
+    # waits for it to drain. An event loop keeps one writer callback per descriptor, so
+    # without one sender at a time only the last waiter was woken and the rest stalled
+    # forever (issue: 101 of 200 cells stuck in `materialized`).
+    env = {**os.environ, "ARENAD_TEST_PADDING": "x" * 4096}
+    async with asyncio.timeout(120):
+        runs = await asyncio.gather(
+            *(_spawn(tmp_path / f"c{i}", "exit 0", launcher, env=env) for i in range(300))
+        )
+    assert len({run.pid for run in runs}) == 300
+    await asyncio.gather(*(run.cancel_unreleased() for run in runs))
+    assert not any(run.alive for run in runs)
+
+
 async def test_a_wrapper_leads_its_own_group_as_soon_as_its_spawn_returns(
     tmp_path: Path, launcher: WrapperLauncher
 ) -> None:
@@ -471,7 +488,7 @@ async def test_a_leftover_holding_the_output_pipe_does_not_hold_the_run(
     end = await run.wait(_clock)
     assert (end.how, end.code, end.leftovers_killed) == ("exited", 0, True)
     assert (tmp_path / "out").read_text() == "bye\n"
-    assert not proc.group_alive(run.pgid)
+    assert not groups.group_alive(run.pgid)
 
 
 async def test_an_output_file_that_cannot_be_written_still_gets_the_exit_recorded(

@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from arenad.runs.process import run
+from arenad.runs.commands import run
 from arenad.sandbox.secrets import (
     AUTH_BOOTSTRAP,
     is_provider_secret,

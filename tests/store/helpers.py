@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from arenad.cell.machine import cell_stream
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
 from events.base import Event
 from events.specs import CellSpec
+from events.streams import cell_stream
 from tests.events.samples import make_spec
 
 REPO = Path(__file__).resolve().parents[2]

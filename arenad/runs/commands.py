@@ -1,29 +1,19 @@
-"""The process runner: children in their own process group, streamed, bounded, killable.
+"""Short commands (git, verify, the judge, docker): children attached to the daemon.
 
-A child starts in a new session (so its pid is its process-group id and every process it
-spawns stays in that group unless it calls ``setsid`` itself). Its stdin is never left open:
-it is ``/dev/null``, given bytes, or a given file (opencode reads stdin when it is not a TTY).
-Stdout is read in chunks as it arrives, appended to a file and handed line by line, with the
-line's byte offset in the stream, to an async callback; stderr goes to a file. Both are also
-captured in memory up to a cap.
+A child starts in its own session (see :mod:`arenad.runs.groups`). Its stdin is never left
+open: it is ``/dev/null``, given bytes, or a given file (opencode reads stdin when it is not
+a TTY). Stdout and stderr are read as they arrive, appended to files when asked, and also
+captured in memory up to a cap. Timeout and abort end the whole group
+(:func:`~arenad.runs.groups.supervise_group`); the result code is 124 on timeout, 130 on
+abort, 128+N if the leader died of signal N on its own, else its exit status.
 
-On timeout or abort the whole group gets SIGTERM, then SIGKILL after the kill grace; the result
-code is 124 (timeout) or 130 (abort), the coreutils ``timeout`` encoding. After SIGKILL the
-group must be gone within a short bounded poll, else :class:`GroupSurvivedError`. When the
-leader exits on its own, members it left behind in the group are killed the same way (they
-would otherwise hold the stdout pipe open and outlive the run).
-
-"Gone" ignores zombies: on this kind of machine PID 1 reaps orphans late, and a group whose
-members are all zombies still answers ``killpg(pgid, 0)``. Liveness is therefore
-``killpg(pgid, 0)`` succeeding *and* some ``/proc/<pid>/stat`` in that group not being in state
-Z or X.
+Agent runs are not started here: they must outlive the daemon (:mod:`arenad.runs.detached`).
 
 Errors::
 
-    ProcError (ArenadError)
+    ProcError (ArenadError)                 arenad.runs.groups
     ├── SpawnError            the child could not be started (missing binary or cwd, ...)
     ├── GroupSurvivedError    a process group still has live members after SIGKILL
-    ├── StdoutCallbackError   on_stdout_line raised; the run was aborted (.result, __cause__)
     └── CommandError          run_ok: non-zero exit, timeout, or spawn failure (.stage, .argv,
                               .rc, .stderr_tail, .timed_out)
 """
@@ -33,57 +23,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import msgspec
 
 from arenad.clock import Clock, system_clock
-from arenad.errors import ArenadError
+from arenad.runs.groups import (
+    ABORT_CODE,
+    DEFAULT_GONE_TIMEOUT_S,
+    DEFAULT_KILL_GRACE_S,
+    TIMEOUT_CODE,
+    ProcError,
+    SpawnError,
+    display_argv,
+    group_alive,
+    read_start_ticks,
+    signal_group,
+    supervise_group,
+)
 
-TIMEOUT_CODE = 124
-ABORT_CODE = 130
 DEFAULT_CAPTURE_LIMIT = 64 * 1024 * 1024
-DEFAULT_KILL_GRACE_S = 1.0
 DEFAULT_RUN_OK_TIMEOUT_S = 120.0
-# After SIGKILL the kernel tears a group down in milliseconds; this bounds the poll.
-DEFAULT_GONE_TIMEOUT_S = 5.0
 # After the group is gone, how long stdout/stderr may go without progress before we stop
 # reading (a process that left the group with setsid may still hold the pipe open).
 DEFAULT_DRAIN_TIMEOUT_S = 5.0
-_POLL_S = 0.02
 _CHUNK = 64 * 1024
 _TAIL_CHARS = 2000
-
-LineCallback = Callable[[bytes, int], Awaitable[None]]
-
-
-class ProcError(ArenadError):
-    pass
-
-
-class SpawnError(ProcError):
-    def __init__(self, argv: Sequence[str], reason: str) -> None:
-        super().__init__(f"could not start {display_argv(argv)}: {reason}")
-        self.argv = list(argv)
-        self.reason = reason
-
-
-class GroupSurvivedError(ProcError):
-    def __init__(self, pgid: int, members: Sequence[tuple[int, str]]) -> None:
-        shown = ", ".join(f"{pid}({state})" for pid, state in members) or "unknown members"
-        super().__init__(f"process group {pgid} survived SIGKILL: {shown}")
-        self.pgid = pgid
-        self.members = list(members)
-
-
-class StdoutCallbackError(ProcError):
-    def __init__(self, result: RunResult) -> None:
-        super().__init__(f"on_stdout_line raised; the run was aborted (pid {result.pid})")
-        self.result = result
 
 
 class CommandError(ProcError):
@@ -153,159 +120,6 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         return self.stderr.decode("utf-8", errors="replace")
 
 
-# ---------------------------------------------------------------------------------------------
-# /proc helpers and group liveness.
-# ---------------------------------------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of /proc/<pid>/stat (after the parenthesised comm), or None if unreadable."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    close = raw.rfind(b")")
-    if close < 0:
-        return None
-    return raw[close + 2 :].decode("ascii", errors="replace").split()
-
-
-def read_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat: start time in clock ticks since boot (None if gone)."""
-    fields = _stat_fields(pid)
-    if fields is None or len(fields) < 20:
-        return None
-    try:
-        return int(fields[19])
-    except ValueError:
-        return None
-
-
-def process_identity_matches(pid: int, start_ticks: int) -> bool:
-    """True when ``pid`` is running and is the same process that had ``start_ticks``."""
-    return read_start_ticks(pid) == start_ticks
-
-
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every process whose process group is ``pgid`` (zombies included)."""
-    members: list[tuple[int, str]] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for name in entries:
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        # fields[0] = state (field 3), fields[2] = pgrp (field 5)
-        if fields is None or len(fields) < 3:
-            continue
-        if fields[2] == str(pgid):
-            members.append((int(name), fields[0]))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process is still in process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        # It exists but is not ours; report it alive (we cannot signal it anyway).
-        return True
-    return any(state not in ("Z", "X", "x") for _, state in group_members(pgid))
-
-
-async def wait_group_gone(
-    pgid: int, timeout_s: float = DEFAULT_GONE_TIMEOUT_S, *, poll_s: float = _POLL_S
-) -> None:
-    """Poll until group ``pgid`` has no live member; raise GroupSurvivedError at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while group_alive(pgid):
-        if loop.time() >= deadline:
-            live = [(p, s) for p, s in group_members(pgid) if s not in ("Z", "X", "x")]
-            raise GroupSurvivedError(pgid, live)
-        await asyncio.sleep(poll_s)
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def _poll_gone(pgid: int, timeout_s: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while group_alive(pgid):
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(_POLL_S)
-    return True
-
-
-async def terminate_group(
-    pgid: int, grace_s: float, gone_timeout_s: float, sent: list[str]
-) -> None:
-    """SIGTERM the group, SIGKILL it if it outlives ``grace_s``, then require it gone."""
-    if not group_alive(pgid):
-        return
-    if _signal_group(pgid, signal.SIGTERM):
-        sent.append("SIGTERM")
-    if await _poll_gone(pgid, grace_s):
-        return
-    if _signal_group(pgid, signal.SIGKILL):
-        sent.append("SIGKILL")
-    await wait_group_gone(pgid, gone_timeout_s)
-
-
-async def kill_group(
-    pgid: int,
-    grace_s: float = DEFAULT_KILL_GRACE_S,
-    *,
-    leader_start_ticks: int | None = None,
-    gone_timeout_s: float = DEFAULT_GONE_TIMEOUT_S,
-) -> bool:
-    """SIGTERM process group ``pgid``, SIGKILL after ``grace_s``, and verify it is gone.
-
-    Returns False (and signals nothing) when the group has no live member, or when
-    ``leader_start_ticks`` is given and the process now holding pid ``pgid`` started at a
-    different time (a recycled pid: not our group). Raises GroupSurvivedError if live members
-    remain after SIGKILL.
-    """
-    if leader_start_ticks is not None:
-        ticks = read_start_ticks(pgid)
-        if ticks is not None and ticks != leader_start_ticks:
-            return False
-    if not group_alive(pgid):
-        return False
-    await terminate_group(pgid, grace_s, gone_timeout_s, [])
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
-# Running a child.
-# ---------------------------------------------------------------------------------------------
-
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-
-
-def display_argv(argv: Sequence[str], limit: int = 300) -> str:
-    """argv for messages: URL credentials masked, long arguments (scripts) shortened."""
-    parts = []
-    for arg in argv:
-        shown = _URL_USERINFO.sub("***@", arg)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        parts.append(shown)
-    text = " ".join(parts)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class _Capture:
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -358,7 +172,6 @@ class RunHandle:
         started_at_ms: int,
         timeout_s: float | None,
         kill_grace_s: float,
-        on_stdout_line: LineCallback | None,
         stdout_file: IO[bytes] | None,
         stderr_file: IO[bytes] | None,
         capture_limit: int,
@@ -385,7 +198,6 @@ class RunHandle:
         )
         self._t0 = loop.time()
         self._deadline_mono = None if timeout_s is None else self._t0 + timeout_s
-        self._on_line = on_stdout_line
         self._stdout_file = stdout_file
         self._stderr_file = stderr_file
         self._out = _Capture(capture_limit)
@@ -396,9 +208,8 @@ class RunHandle:
         self._stdin_data = stdin_data
         self._gone_timeout_s = gone_timeout_s
         self._drain_timeout_s = drain_timeout_s
-        # Bumped on every chunk read and line delivered: the drain waits while it moves.
+        # Bumped on every chunk read: the drain waits while it moves.
         self._progress = 0
-        self._callback_exc: BaseException | None = None
         self._task = asyncio.ensure_future(self._supervise())
 
     @property
@@ -440,64 +251,20 @@ class RunHandle:
                 stdin.close()
 
     async def _read_stdout(self) -> None:
-        stream = self._proc.stdout
-        assert stream is not None
-        pending = bytearray()
-        pending_offset = 0
-        offset = 0
-        while True:
-            chunk = await stream.read(_CHUNK)
-            if not chunk:
-                break
-            if self._stdout_file is not None:
-                self._stdout_file.write(chunk)
-                self._stdout_file.flush()
-            self._out.add(chunk)
-            self._progress += 1
-            offset += len(chunk)
-            if self._on_line is None or self._callback_exc is not None:
-                continue
-            pending += chunk
-            start = 0
-            while True:
-                nl = pending.find(b"\n", start)
-                if nl < 0:
-                    break
-                line = bytes(pending[start : nl + 1])
-                await self._deliver(line, pending_offset)
-                pending_offset += len(line)
-                start = nl + 1
-                if self._callback_exc is not None:
-                    break
-            del pending[:start]
-            # A line longer than the capture cap is delivered in pieces rather than held.
-            if len(pending) >= self._out.limit:
-                await self._deliver(bytes(pending), pending_offset)
-                pending_offset += len(pending)
-                pending.clear()
-        if pending and self._on_line is not None and self._callback_exc is None:
-            await self._deliver(bytes(pending), pending_offset)
-
-    async def _deliver(self, line: bytes, offset: int) -> None:
-        assert self._on_line is not None
-        try:
-            await self._on_line(line, offset)
-            self._progress += 1
-        except Exception as exc:
-            self._callback_exc = exc
-            self.abort(f"on_stdout_line raised {type(exc).__name__}")
+        await self._copy(self._proc.stdout, self._stdout_file, self._out)
 
     async def _read_stderr(self) -> None:
-        stream = self._proc.stderr
+        await self._copy(self._proc.stderr, self._stderr_file, self._err)
+
+    async def _copy(
+        self, stream: asyncio.StreamReader | None, file: IO[bytes] | None, capture: _Capture
+    ) -> None:
         assert stream is not None
-        while True:
-            chunk = await stream.read(_CHUNK)
-            if not chunk:
-                break
-            if self._stderr_file is not None:
-                self._stderr_file.write(chunk)
-                self._stderr_file.flush()
-            self._err.add(chunk)
+        while chunk := await stream.read(_CHUNK):
+            if file is not None:
+                file.write(chunk)
+                file.flush()
+            capture.add(chunk)
             self._progress += 1
 
     async def _drain(self, readers: Sequence[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
@@ -515,37 +282,25 @@ class RunHandle:
             asyncio.ensure_future(self._read_stderr()),
             asyncio.ensure_future(self._feed_stdin()),
         ]
-        exit_task = self._protocol.exited
-        abort_task = asyncio.ensure_future(self._abort.wait())
-        external_task = (
-            asyncio.ensure_future(self._external_abort.wait())
-            if self._external_abort is not None
-            else None
+        exit_future = self._protocol.exited
+        aborts = (
+            [self._abort] if self._external_abort is None else [self._abort, self._external_abort]
         )
-        waiters: set[asyncio.Future[Any]] = {exit_task, abort_task}
-        if external_task is not None:
-            waiters.add(external_task)
-        timed_out = aborted = leftovers_killed = drain_incomplete = False
-        sent: list[str] = []
+        drain_incomplete = False
         try:
             timeout = (
                 None if self._deadline_mono is None else max(0.0, self._deadline_mono - loop.time())
             )
-            done, _ = await asyncio.wait(
-                waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            end = await supervise_group(
+                self.pgid,
+                asyncio.shield(exit_future),
+                aborts,
+                timeout_s=timeout,
+                kill_grace_s=self.kill_grace_s,
+                gone_timeout_s=self._gone_timeout_s,
             )
-            if exit_task not in done:
-                if abort_task in done or (external_task is not None and external_task in done):
-                    aborted = True
-                    if self._abort_reason is None:
-                        self._abort_reason = "aborted"
-                else:
-                    timed_out = True
-                await terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
-            await exit_task
-            if not timed_out and not aborted and group_alive(self.pgid):
-                leftovers_killed = True
-                await terminate_group(self.pgid, self.kill_grace_s, self._gone_timeout_s, sent)
+            if end.aborted and self._abort_reason is None:
+                self._abort_reason = "aborted"
             stream_readers = readers[:2]
             still = await self._drain(stream_readers)
             if still:
@@ -560,16 +315,13 @@ class RunHandle:
         except BaseException:
             # Cancelled (or failed) while the group may live: it must not outlive us.
             if self._transport.get_returncode() is None or group_alive(self.pgid):
-                _signal_group(self.pgid, signal.SIGKILL)
+                signal_group(self.pgid, signal.SIGKILL)
                 # Reap the leader before going (bounded): no zombie or unwaited child is left.
                 with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(exit_task), self._gone_timeout_s)
+                    await asyncio.wait_for(asyncio.shield(exit_future), self._gone_timeout_s)
             raise
         finally:
-            leftover: list[asyncio.Future[Any]] = [*readers, exit_task, abort_task]
-            if external_task is not None:
-                leftover.append(external_task)
-            for fut in leftover:
+            for fut in [*readers, exit_future]:
                 if not fut.done():
                     fut.cancel()
             for f in (self._stdout_file, self._stderr_file):
@@ -581,27 +333,27 @@ class RunHandle:
         assert rc is not None
         exit_status = rc if rc >= 0 else None
         term_signal = -rc if rc < 0 else None
-        if timed_out:
+        if end.timed_out:
             code = TIMEOUT_CODE
-        elif aborted:
+        elif end.aborted:
             code = ABORT_CODE
         elif term_signal is not None:
             code = 128 + term_signal
         else:
             code = rc
-        result = RunResult(
+        return RunResult(
             argv=self.argv,
             pid=self.pid,
             pgid=self.pgid,
             code=code,
-            timed_out=timed_out,
-            aborted=aborted,
-            abort_reason=self._abort_reason if aborted else None,
+            timed_out=end.timed_out,
+            aborted=end.aborted,
+            abort_reason=self._abort_reason if end.aborted else None,
             wall_s=wall_s,
             exit_status=exit_status,
             term_signal=term_signal,
-            signals_sent=sent,
-            leftovers_killed=leftovers_killed,
+            signals_sent=end.signals_sent,
+            leftovers_killed=end.leftovers_killed,
             drain_incomplete=drain_incomplete,
             stdout=bytes(self._out.buf),
             stderr=bytes(self._err.buf),
@@ -610,9 +362,6 @@ class RunHandle:
             stdout_truncated=self._out.truncated,
             stderr_truncated=self._err.truncated,
         )
-        if self._callback_exc is not None:
-            raise StdoutCallbackError(result) from self._callback_exc
-        return result
 
 
 StdinSpec = bytes | os.PathLike[str] | None
@@ -626,7 +375,6 @@ async def start(
     stdin: StdinSpec = None,
     timeout_s: float | None = None,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
-    on_stdout_line: LineCallback | None = None,
     stdout_path: str | os.PathLike[str] | None = None,
     stderr_path: str | os.PathLike[str] | None = None,
     capture_limit: int = DEFAULT_CAPTURE_LIMIT,
@@ -640,10 +388,7 @@ async def start(
     ``stdin``: None → /dev/null; bytes → written then closed; a path → that file.
     ``env``: the child's whole environment (None inherits ours). ``stdout_path`` /
     ``stderr_path`` are truncated and receive every byte (the in-memory capture is capped at
-    ``capture_limit`` bytes each, keeping the head). ``on_stdout_line(line, offset)`` gets each
-    stdout line with its terminator, in order, after the bytes reached ``stdout_path``;
-    ``offset`` is the line's byte offset in the stream. A final unterminated line is delivered
-    at EOF. ``timeout_s`` None means no timeout.
+    ``capture_limit`` bytes each, keeping the head). ``timeout_s`` None means no timeout.
     """
     argv = [os.fspath(a) for a in argv]
     if not argv:
@@ -700,7 +445,6 @@ async def start(
         started_at_ms=clock(),
         timeout_s=timeout_s,
         kill_grace_s=kill_grace_s,
-        on_stdout_line=on_stdout_line,
         stdout_file=stdout_file,
         stderr_file=stderr_file,
         capture_limit=capture_limit,

@@ -1,4 +1,5 @@
-"""arenad.runs.process against real children, real process groups and real signals."""
+"""arenad.runs.commands and arenad.runs.groups against real children, real process groups
+and real signals."""
 
 from __future__ import annotations
 
@@ -10,18 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from arenad.runs import process as proc
-from arenad.runs.process import (
-    CommandError,
+from arenad.runs import groups
+from arenad.runs.commands import CommandError, run, run_ok, start
+from arenad.runs.groups import (
     GroupSurvivedError,
     SpawnError,
-    StdoutCallbackError,
     group_alive,
     kill_group,
     read_start_ticks,
-    run,
-    run_ok,
-    start,
     wait_group_gone,
 )
 
@@ -35,32 +32,31 @@ def _dead(pid: int) -> bool:
     return raw.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-class Lines:
-    """An on_stdout_line callback that records lines and lets a test await a count."""
+class Out:
+    """The child's stdout file, read while it runs: what a test waits on (pids it echoes)."""
 
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes, int]] = []
-        self._cond = asyncio.Condition()
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "stdout"
 
-    async def __call__(self, line: bytes, offset: int) -> None:
-        async with self._cond:
-            self.items.append((line, offset))
-            self._cond.notify_all()
+    def lines(self) -> list[str]:
+        try:
+            return self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
 
     async def wait_for(self, n: int, timeout_s: float = 10.0) -> None:
-        async with asyncio.timeout(timeout_s), self._cond:
-            await self._cond.wait_for(lambda: len(self.items) >= n)
+        async with asyncio.timeout(timeout_s):
+            while len(self.lines()) < n:
+                await asyncio.sleep(0.01)
 
     def pids(self) -> list[int]:
-        return [int(line) for line, _ in self.items if line.strip().isdigit()]
+        return [int(line) for line in self.lines() if line.strip().isdigit()]
 
 
-async def test_normal_exit_streams_lines_with_offsets(tmp_path: Path) -> None:
-    lines = Lines()
+async def test_normal_exit_keeps_stdout_and_stderr(tmp_path: Path) -> None:
     out, err = tmp_path / "oc.jsonl", tmp_path / "oc.err"
     handle = await start(
         ["bash", "-c", "printf 'a\\nbb\\n'; echo oops >&2; printf ccc"],
-        on_stdout_line=lines,
         stdout_path=out,
         stderr_path=err,
         timeout_s=30,
@@ -73,42 +69,30 @@ async def test_normal_exit_streams_lines_with_offsets(tmp_path: Path) -> None:
     assert result.code == 0 and result.ok
     assert not result.timed_out and not result.aborted
     assert result.signals_sent == []
-    assert lines.items == [(b"a\n", 0), (b"bb\n", 2), (b"ccc", 5)]
     assert out.read_bytes() == b"a\nbb\nccc" == result.stdout
     assert err.read_bytes() == b"oops\n" == result.stderr
     assert result.stdout_bytes == 8 and not result.stdout_truncated
     assert result.wall_s >= 0
 
 
-async def test_handle_records_process_start_ticks() -> None:
-    lines = Lines()
-    handle = await start(["bash", "-c", "echo up; exec sleep 1000"], on_stdout_line=lines)
+async def test_handle_records_process_start_ticks(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
+    handle = await start(["bash", "-c", "echo up; exec sleep 1000"], stdout_path=lines.path)
     try:
         await lines.wait_for(1)
         assert handle.start_ticks is not None
         assert read_start_ticks(handle.pid) == handle.start_ticks
-        assert proc.process_identity_matches(handle.pid, handle.start_ticks)
-        assert not proc.process_identity_matches(handle.pid, handle.start_ticks + 1)
+        assert groups.process_identity_matches(handle.pid, handle.start_ticks)
+        assert not groups.process_identity_matches(handle.pid, handle.start_ticks + 1)
     finally:
         handle.abort("test over")
         await handle.wait()
 
 
-async def test_long_line_arrives_whole() -> None:
-    lines = Lines()
-    result = await run(
-        ["python3", "-c", "import sys; sys.stdout.write('x' * 300000 + '\\nend\\n')"],
-        on_stdout_line=lines,
-    )
-    assert result.code == 0
-    assert [len(line) for line, _ in lines.items] == [300001, 4]
-    assert lines.items[1][1] == 300001
-
-
-async def test_timeout_kills_group_including_grandchildren() -> None:
-    lines = Lines()
+async def test_timeout_kills_group_including_grandchildren(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
     script = "sleep 1000 & echo $!; sleep 1000 & echo $!; wait"
-    handle = await start(["bash", "-c", script], on_stdout_line=lines, timeout_s=1.0)
+    handle = await start(["bash", "-c", script], stdout_path=lines.path, timeout_s=1.0)
     result = await handle.wait()
     assert result.code == 124 and result.timed_out and not result.aborted
     assert result.signals_sent[0] == "SIGTERM"
@@ -119,11 +103,11 @@ async def test_timeout_kills_group_including_grandchildren() -> None:
     assert not group_alive(handle.pgid)
 
 
-async def test_timeout_escalates_to_sigkill_when_term_is_ignored() -> None:
-    lines = Lines()
+async def test_timeout_escalates_to_sigkill_when_term_is_ignored(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
     script = "trap '' TERM; sleep 1000 & echo $!; echo ready; wait"
     handle = await start(
-        ["bash", "-c", script], on_stdout_line=lines, timeout_s=1.0, kill_grace_s=0.2
+        ["bash", "-c", script], stdout_path=lines.path, timeout_s=1.0, kill_grace_s=0.2
     )
     result = await handle.wait()
     assert result.code == 124 and result.timed_out
@@ -133,10 +117,10 @@ async def test_timeout_escalates_to_sigkill_when_term_is_ignored() -> None:
     assert not group_alive(handle.pgid)
 
 
-async def test_abort_method_gives_130() -> None:
-    lines = Lines()
+async def test_abort_method_gives_130(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
     handle = await start(
-        ["bash", "-c", "sleep 1000 & echo $!; wait"], on_stdout_line=lines, timeout_s=600
+        ["bash", "-c", "sleep 1000 & echo $!; wait"], stdout_path=lines.path, timeout_s=600
     )
     await lines.wait_for(1)
     handle.abort("operator request")
@@ -147,11 +131,11 @@ async def test_abort_method_gives_130() -> None:
     assert not group_alive(handle.pgid)
 
 
-async def test_abort_event_gives_130() -> None:
-    lines = Lines()
+async def test_abort_event_gives_130(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
     stop = asyncio.Event()
     handle = await start(
-        ["bash", "-c", "echo ready; exec sleep 1000"], on_stdout_line=lines, abort_event=stop
+        ["bash", "-c", "echo ready; exec sleep 1000"], stdout_path=lines.path, abort_event=stop
     )
     await lines.wait_for(1)
     stop.set()
@@ -198,9 +182,9 @@ async def test_env_and_cwd_are_given(tmp_path: Path) -> None:
     assert result.stdout_text == f"me|{tmp_path}"
 
 
-async def test_leader_exit_kills_members_left_in_group() -> None:
-    lines = Lines()
-    result = await run(["bash", "-c", "sleep 1000 & echo $!; exit 3"], on_stdout_line=lines)
+async def test_leader_exit_kills_members_left_in_group(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
+    result = await run(["bash", "-c", "sleep 1000 & echo $!; exit 3"], stdout_path=lines.path)
     assert result.code == 3 and not result.timed_out
     assert result.leftovers_killed
     assert all(_dead(pid) for pid in lines.pids())
@@ -212,11 +196,11 @@ async def test_leader_killed_by_signal_reports_128_plus_n() -> None:
     assert result.term_signal == signal.SIGKILL and result.exit_status is None
 
 
-async def test_group_survivor_check_raises_typed_error() -> None:
+async def test_group_survivor_check_raises_typed_error(tmp_path: Path) -> None:
     # No group survives a real SIGKILL on demand, so test the check itself: a live group
     # that is never signalled must be reported as surviving once the poll's deadline passes.
-    lines = Lines()
-    handle = await start(["bash", "-c", "echo up; exec sleep 1000"], on_stdout_line=lines)
+    lines = Out(tmp_path)
+    handle = await start(["bash", "-c", "echo up; exec sleep 1000"], stdout_path=lines.path)
     try:
         await lines.wait_for(1)
         with pytest.raises(GroupSurvivedError) as info:
@@ -229,10 +213,10 @@ async def test_group_survivor_check_raises_typed_error() -> None:
     await wait_group_gone(handle.pgid, timeout_s=5)
 
 
-async def test_kill_group_on_its_own() -> None:
-    lines = Lines()
+async def test_kill_group_on_its_own(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
     handle = await start(
-        ["bash", "-c", "sleep 1000 & echo $!; sleep 1000 & echo $!; wait"], on_stdout_line=lines
+        ["bash", "-c", "sleep 1000 & echo $!; sleep 1000 & echo $!; wait"], stdout_path=lines.path
     )
     await lines.wait_for(2)
     ticks = handle.start_ticks
@@ -248,9 +232,9 @@ async def test_kill_group_on_its_own() -> None:
     assert await kill_group(handle.pgid, 0.5) is False
 
 
-async def test_cancelling_wait_kills_the_group() -> None:
-    lines = Lines()
-    handle = await start(["bash", "-c", "sleep 1000 & echo $!; wait"], on_stdout_line=lines)
+async def test_cancelling_wait_kills_the_group(tmp_path: Path) -> None:
+    lines = Out(tmp_path)
+    handle = await start(["bash", "-c", "sleep 1000 & echo $!; wait"], stdout_path=lines.path)
     await lines.wait_for(1)
     waiter = asyncio.ensure_future(handle.wait())
     await asyncio.sleep(0)
@@ -260,18 +244,6 @@ async def test_cancelling_wait_kills_the_group() -> None:
     assert _dead(handle.pid)  # the leader was killed and reaped before the cancel completed
     await wait_group_gone(handle.pgid, timeout_s=5)
     assert all(_dead(pid) for pid in lines.pids())
-
-
-async def test_callback_error_aborts_run() -> None:
-    async def boom(line: bytes, offset: int) -> None:
-        raise RuntimeError("ingest failed")
-
-    handle = await start(["bash", "-c", "echo one; exec sleep 1000"], on_stdout_line=boom)
-    with pytest.raises(StdoutCallbackError) as info:
-        await handle.wait()
-    assert isinstance(info.value.__cause__, RuntimeError)
-    assert info.value.result.aborted and info.value.result.code == 130
-    assert not group_alive(handle.pgid)
 
 
 async def test_spawn_error_is_typed(tmp_path: Path) -> None:
@@ -298,21 +270,21 @@ async def test_run_ok() -> None:
 
 
 def test_display_argv_masks_url_credentials() -> None:
-    shown = proc.display_argv(["git", "clone", "https://user:tok3n@example.com/r.git"])
+    shown = groups.display_argv(["git", "clone", "https://user:tok3n@example.com/r.git"])
     assert "tok3n" not in shown and "***@example.com" in shown
 
 
-async def test_pipe_held_outside_the_group_is_abandoned_not_awaited() -> None:
+async def test_pipe_held_outside_the_group_is_abandoned_not_awaited(tmp_path: Path) -> None:
     # setsid moves the sleeper out of the group; it keeps stdout open after the leader exits.
     # The leader exits only once the sleeper leads its own session (stat field 6 = its pid).
-    lines = Lines()
+    lines = Out(tmp_path)
     script = (
         "setsid sleep 1000 & p=$!; "
         'until [ "$(cut -d" " -f6 /proc/$p/stat)" = "$p" ]; do :; done; echo $p; exit 0'
     )
     result = await run(
         ["bash", "-c", script],
-        on_stdout_line=lines,
+        stdout_path=lines.path,
         drain_timeout_s=0.3,
     )
     escaped = lines.pids()
@@ -323,15 +295,3 @@ async def test_pipe_held_outside_the_group_is_abandoned_not_awaited() -> None:
         for pid in escaped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-async def test_slow_consumer_still_gets_every_line_after_exit() -> None:
-    got: list[int] = []
-
-    async def slow(line: bytes, offset: int) -> None:
-        await asyncio.sleep(0.01)  # a slow consumer, not a wait for anything
-        got.append(offset)
-
-    result = await run(["seq", "1", "60"], on_stdout_line=slow, drain_timeout_s=0.1)
-    assert not result.drain_incomplete
-    assert len(got) == 60
