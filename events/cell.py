@@ -49,6 +49,9 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     # Bytes kept of each of stdout and stderr; the wrapper drops the rest. None: no cap (or
     # a run recorded before runs were capped).
     output_cap_bytes: int | None = None
+    # Which executor started it ("local", "ray") and where it runs (None: this machine).
+    executor: str = "local"
+    node: str | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):

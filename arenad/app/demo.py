@@ -59,7 +59,8 @@ def find_opencode(explicit: str | None) -> str:
     candidates = [
         explicit,
         os.environ.get("ARENAD_OPENCODE"),
-        str(Path(__file__).resolve().parent.parent / ".cache/opencode/node_modules/.bin/opencode"),
+        # The checkout's pinned install: <repo>/arenad/app/demo.py -> <repo>/.cache/...
+        str(Path(__file__).resolve().parents[2] / ".cache/opencode/node_modules/.bin/opencode"),
         shutil.which("opencode"),
     ]
     for candidate in candidates:

@@ -13,7 +13,7 @@ import aiosqlite
 
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
-from arenad.readmodels import queries
+from arenad.readmodels.view import cells_view
 from arenad.store.chain import ChainReport
 from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
 from events.base import Recorded
@@ -54,8 +54,9 @@ async def migrate(home: Home) -> list[str]:
 
 async def status(home: Home, campaign: str | None = None) -> dict[str, Any]:
     async with open_store(home) as store:
-        counts = await queries.state_counts(store.connection)
-        rows = await queries.cell_rows(store.connection, campaign)
+        cells = cells_view(store)
+        counts = await cells.counts()
+        rows = await cells.rows(campaign)
     return {"counts": dict(counts), "count_list": counts, "cells": rows}
 
 

@@ -9,7 +9,7 @@ import msgspec
 from arenad.campaign import load_campaign, spec_sha256
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.readmodels import queries
+from arenad.readmodels.view import cells_view
 from arenad.store.base import AppendRequest
 from events.cell import CellSubmitted
 from events.control import CampaignSubmitted
@@ -25,10 +25,11 @@ class SubmitResult(msgspec.Struct, frozen=True):
 async def submit_campaign(home: Home, path: Path) -> SubmitResult:
     campaign = load_campaign(path)  # every check happens before anything is written
     async with open_store(home) as store:
+        cells = cells_view(store)
         new: list[AppendRequest] = []
         already = 0
         for spec in campaign.cells:
-            existing = await queries.cell_state(store.connection, spec.cell_id)
+            existing = await cells.state(spec.cell_id)
             digest = spec_sha256(spec)
             if existing is not None:
                 if spec_sha256(existing.spec) != digest:

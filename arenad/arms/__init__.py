@@ -1,7 +1,53 @@
-"""Arms: how one kind of agent is launched in a materialized workspace and how its
-outcome is judged scorable. Arms know nothing of the log or the ledger; the cell
-runner turns what they return into events."""
+"""Arms: how one kind of agent is launched in a materialized workspace, observed, judged
+scorable and recovered (:mod:`arenad.arms.base`). Arms know nothing of the log or the
+ledger; the cell runner turns what they return into events.
 
-from arenad.arms.base import Arm, ArmContext, Launch, arm_for
+The registry below maps each arm spec type (``events.specs``) to its arm: adding a kind
+is a new module and one row here, never an edit of the base.
+"""
 
-__all__ = ["Arm", "ArmContext", "Launch", "arm_for"]
+from __future__ import annotations
+
+from arenad.arms.base import Arm, ArmContext, Launch, Outcome
+from arenad.arms.command import CommandArmRunner
+from arenad.arms.solo import SoloArmRunner
+from arenad.arms.supervisor import SupervisorArmRunner
+from arenad.runs.executor import Tools
+from events.base import Event
+from events.specs import ArmSpec, CommandArm, SoloArm, SupervisorArm
+
+ARMS: dict[type[ArmSpec], type[Arm]] = {
+    SoloArm: SoloArmRunner,
+    CommandArm: CommandArmRunner,
+    SupervisorArm: SupervisorArmRunner,
+}
+
+
+def arm_for(spec: ArmSpec) -> Arm:
+    try:
+        kind = ARMS[type(spec)]
+    except KeyError:
+        raise TypeError(f"unknown arm spec {type(spec).__name__}") from None
+    return kind(spec)  # type: ignore[call-arg]  # each arm takes its own spec type
+
+
+def prepare_step(tools: Tools, spec: ArmSpec, ctx: ArmContext) -> Launch:
+    """Site step: write the arm's inputs into the run dir and say how to start it."""
+    return arm_for(spec).prepare(ctx)
+
+
+def before_start_step(tools: Tools, spec: ArmSpec, ctx: ArmContext) -> list[Event]:
+    """Site step: the facts recorded with the run's start."""
+    return arm_for(spec).before_start(ctx)
+
+
+__all__ = [
+    "ARMS",
+    "Arm",
+    "ArmContext",
+    "Launch",
+    "Outcome",
+    "arm_for",
+    "before_start_step",
+    "prepare_step",
+]

@@ -1,16 +1,46 @@
-"""The arm interface and the pieces arms share."""
+"""The arm interface: everything that differs between kinds of agent, in one place.
+
+The cell runner treats every arm alike; an arm says
+
+- how its agent is launched (:meth:`Arm.prepare`, a step that writes the arm's inputs into
+  the run dir where the cell lives) and what facts come before the start
+  (:meth:`Arm.before_start`, e.g. the supervisor's provenance);
+- what is ingested live while it runs (:meth:`Arm.watch_sources`);
+- what it records when the run ends (:meth:`Arm.end_events`) and whether the run counts
+  (:meth:`Arm.outcome`, a pure rule over the cell's state);
+- how its spend is recovered (:meth:`Arm.recover`), whether that joins the verdict's
+  transaction (:attr:`Arm.recovery_joins_verify`), and what it leaves beside the run once
+  recovered (:meth:`Arm.after_recovered`).
+
+Arms know nothing of the store or the ledger: they return events and append requests,
+and read the attempt's ingested lines only through the reader they are handed. Steps that
+touch the cell's files run at its site (:class:`arenad.runs.executor.Site`).
+"""
 
 from __future__ import annotations
 
 import abc
 import shlex
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import msgspec
 
+from arenad.cell.machine import CellState, CellStatus
 from arenad.ingest import WatchSource, file_source
+from arenad.recovery.capture import recover_tree
+from arenad.recovery.usage import usage_from_events
+from arenad.runs.executor import Site
+from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.secrets import wrap_bash
-from events.specs import ArmSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
+from arenad.store.base import AppendRequest
+from events import cell as ev
+from events.base import Event, Recorded
+from events.specs import CellSpec
+
+IngestReader = Callable[[], Awaitable[Sequence[Recorded | Event]]]
+"""Reads the attempt's ingest stream (only arms whose rules need it call it)."""
 
 
 class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,27 +75,71 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
 class Arm(abc.ABC):
     # The agent's stdout and stderr files in the run dir (the seed's names).
-    stdout_name: str
-    stderr_name: str
+    stdout_name: ClassVar[str]
+    stderr_name: ClassVar[str]
+    # Recovery reads only the agent's store and the ingest stream, so by default it goes
+    # into the verdict's transaction (one append and one scheduling round less per cell).
+    recovery_joins_verify: ClassVar[bool] = True
+    # How the outcome rule names the agent ("agent exited 1", "driver exited 1").
+    agent_noun: ClassVar[str] = "agent"
+    # Why a session was captured (events.capture.AgentSessionCaptured.purpose).
+    capture_purpose: ClassVar[Literal["solo", "command"]] = "solo"
 
     @abc.abstractmethod
     def prepare(self, ctx: ArmContext) -> Launch:
-        """Write the arm's inputs into the run dir and say how to start it."""
+        """Write the arm's inputs into the run dir and say how to start it (blocking I/O:
+        run it at the cell's site, :func:`prepare_step`)."""
+
+    def before_start(self, ctx: ArmContext) -> list[Event]:
+        """Facts recorded with ``RunStarted``, in its transaction (blocking I/O)."""
+        return []
 
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
         """What is ingested live while the agent runs: by default its stdout stream,
         a JSON-lines file the agent writes (source ``stdout``)."""
         return [file_source("stdout", ctx.run_dir / self.stdout_name)]
 
-    def outcome(self, ended: str, rc: int | None, ctx: ArmContext) -> Outcome:
+    async def end_events(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> list[Event]:
+        """Facts recorded with the run's end, in its transaction."""
+        return []
+
+    def outcome(self, state: CellState) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
-        if ended == "timedOut":
+        rc = state.run_rc
+        if state.status == CellStatus.TIMED_OUT:
             return Outcome(scored=False, not_scored_reason=f"timed out (exit {rc})")
-        if ended == "aborted":
+        if state.status == CellStatus.ABORTED:
             return Outcome(scored=False, not_scored_reason=f"aborted (exit {rc})")
         if rc != 0:
-            return Outcome(scored=False, not_scored_reason=f"agent exited {rc}")
+            return Outcome(scored=False, not_scored_reason=f"{self.agent_noun} exited {rc}")
         return Outcome(scored=True)
+
+    async def recover(
+        self,
+        site: Site,
+        ctx: ArmContext,
+        state: CellState,
+        read_ingested: IngestReader,
+    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
+        """Captures of the agent's own store and the CellRecovered that sums them. The
+        default: the whole session tree of the cell's private store, and the seed's usage
+        figures summed over the opencode stream's token parts."""
+        usage = None
+        if state.run is None or state.run.stdout_path not in state.capped_outputs:
+            # Sums over a stream the cap cut would pass for a whole run's: unknown instead.
+            usage = usage_from_events(await read_ingested())
+        db_path = cell_paths(ctx.run_dir).opencode_db
+        return await site.call_blocking(
+            recover_tree, db_path, ctx.cell_id, ctx.attempt, self.capture_purpose, usage
+        )
+
+    async def after_recovered(
+        self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
+    ) -> None:
+        """What the arm leaves beside a recovered run (after its CellRecovered commit)."""
+        return None
 
 
 def write_prompt(ctx: ArmContext, suffix: str) -> Path:
@@ -81,20 +155,3 @@ def under_secrets(ctx: ArmContext, script: str) -> tuple[list[str], str]:
 
 def q(value: str | Path) -> str:
     return shlex.quote(str(value))
-
-
-def arm_for(spec: ArmSpec) -> Arm:
-    # Imported here so each arm module stays independent of the others.
-    if isinstance(spec, SoloArm):
-        from arenad.arms.solo import SoloArmRunner
-
-        return SoloArmRunner(spec)
-    if isinstance(spec, CommandArm):
-        from arenad.arms.command import CommandArmRunner
-
-        return CommandArmRunner(spec)
-    if isinstance(spec, SupervisorArm):
-        from arenad.arms.supervisor import SupervisorArmRunner
-
-        return SupervisorArmRunner(spec)
-    raise TypeError(f"unknown arm spec {type(spec).__name__}")

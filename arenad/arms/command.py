@@ -12,6 +12,7 @@ from events.specs import CommandArm
 class CommandArmRunner(Arm):
     stdout_name = "cmd.out"
     stderr_name = "cmd.err"
+    capture_purpose = "command"
 
     def __init__(self, spec: CommandArm) -> None:
         self.spec = spec

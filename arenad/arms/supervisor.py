@@ -5,27 +5,91 @@ driver argv (placeholders filled) with cwd = the loops checkout, the env knobs
 plus LOOPS_BRAIN_LOG exported, under the secrets wrapper when configured. The
 driver's stdout and stderr are files (driver.log / driver.err), not ingested:
 what is ingested live is its run dir and brain.jsonl (``watch_sources``).
+
+What it does differently from a solo agent: its provenance (the loops checkout's
+commit) is recorded with the start; its run's end records state.json's summary
+(``SupervisorOutcome``); a run counts only if the driver also says ``completed``; its
+spend is its workers' sessions, joined on the cwds its workers reported; and its
+``result.json`` (the seed's SupervisorArmResult) is written once it is recovered.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from arenad.arms.base import Arm, ArmContext, Launch, Outcome, q, under_secrets
-from arenad.ingest import WatchSource, file_source, supervisor_source
+import msgspec
+
+from arenad.arms import supervisor_figures as figures
+from arenad.arms.base import Arm, ArmContext, IngestReader, Launch, Outcome, q, under_secrets
+from arenad.cell.machine import CellState
+from arenad.ingest.watcher import (
+    GlobSelection,
+    RootResolver,
+    WatchSource,
+    file_source,
+    first_subdirectory,
+)
+from arenad.recovery.capture import capture_worker_sessions, spend_figures
+from arenad.recovery.opencode_spend import sup_spend
+from arenad.recovery.opencode_store import StoreUnavailable
+from arenad.runs.executor import Site, Tools
+from arenad.sandbox.cellenv import cell_paths
+from arenad.store.base import AppendRequest
+from events import cell as ev
+from events.base import Event, Recorded
+from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
 from events.cell import ProvenanceRecorded
 from events.specs import SupervisorArm
+from events.streams import capture_stream
 
 # Read-only, and touches the store: opencode opens (creating and migrating) it first.
 STORE_INIT_QUERY = "select count(*) from migration"
 STORE_INIT_FAILED = "arenad: could not create the cell's opencode store before the driver"
 
 
+def supervisor_selection() -> GlobSelection:
+    """A loops supervisor run dir (rollout-v1 §6).
+
+    Lines: ``journal.jsonl``, ``workers/*.ndjson`` (but not the
+    ``workers/*.inbox.ndjson`` inboxes, which are not workers), ``progress.ndjson``.
+    Snapshot: ``state.json``.
+    """
+    return GlobSelection(
+        lines=("journal.jsonl", "workers/*.ndjson", "progress.ndjson"),
+        snapshots=("state.json",),
+        exclude=("workers/*.inbox.ndjson",),
+    )
+
+
+def supervisor_run_dir(workspace: Path) -> RootResolver:
+    """``<ws>/.agent/supervisor/<id>/``, else ``<ws>/.loops/supervisor/<id>/``.
+
+    Like the reference readers: try ``.agent`` then ``.loops``, take the first
+    subdirectory. The directory appears only once the driver started; a watcher
+    keeps resolving until it does, then stays on the directory it found.
+    """
+    return first_subdirectory(
+        workspace / ".agent" / "supervisor", workspace / ".loops" / "supervisor"
+    )
+
+
+def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
+    """The supervisor run dir under ``workspace``, discovered when it appears."""
+    return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
+
+
 class SupervisorArmRunner(Arm):
     stdout_name = "driver.log"
     stderr_name = "driver.err"
+    agent_noun = "driver"
+    # result.json is written after the recovery commit, from what it recorded.
+    recovery_joins_verify = False
 
     def __init__(self, spec: SupervisorArm) -> None:
         self.spec = spec
@@ -101,6 +165,9 @@ class SupervisorArmRunner(Arm):
         the driver's own stdout is a log, not a stream of facts."""
         return [supervisor_source(ctx.workspace), file_source("brain", ctx.run_dir / "brain.jsonl")]
 
+    def before_start(self, ctx: ArmContext) -> list[Event]:
+        return [self.provenance(ctx)]
+
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
         """``git rev-parse HEAD`` of the loops checkout ('unknown' when it is not a repo)."""
         try:
@@ -122,16 +189,152 @@ class SupervisorArmRunner(Arm):
             env_knobs=dict(self.spec.env_knobs),
         )
 
-    def outcome(
-        self, ended: str, rc: int | None, ctx: ArmContext, sup_status: str | None = None
-    ) -> Outcome:
+    async def end_events(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> list[Event]:
+        """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
+        summary = figures.summarize(await read_ingested())
+        sup_dir = await site.call_blocking(supervisor_dir_step, str(ctx.workspace))
+        return [
+            ev.SupervisorOutcome(
+                attempt=ctx.attempt,
+                sup_run_dir=sup_dir,
+                status=summary.status,
+                verdict=summary.verdict,
+                delivered=summary.delivered,
+                spent_tokens=summary.spent_tokens,
+                spent_usd=summary.spent_usd,
+            )
+        ]
+
+    def outcome(self, state: CellState) -> Outcome:
         """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""
-        base = super().outcome(ended, rc, ctx)
+        base = super().outcome(state)
         if not base.scored:
-            reason = (base.not_scored_reason or "").replace("agent exited", "driver exited")
-            return Outcome(scored=False, not_scored_reason=reason)
+            return base
+        sup_status = state.supervisor.status if state.supervisor is not None else None
         if sup_status != "completed":
             return Outcome(
                 scored=False, not_scored_reason=f"supervisor state is {sup_status or 'missing'}"
             )
         return Outcome(scored=True)
+
+    async def recover(
+        self,
+        site: Site,
+        ctx: ArmContext,
+        state: CellState,
+        read_ingested: IngestReader,
+    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
+        """Worker sessions joined on the ingested ``started.cwd`` values (the seed's
+        recoverSupSpend): captures and unmatched cwds on the capture stream, and figures."""
+        ingested = await read_ingested()
+        cwds = figures.worker_cwds(ingested)
+        db_path = cell_paths(ctx.run_dir).opencode_db
+        result = await site.call_blocking(capture_worker_sessions, db_path, cwds, ctx.attempt)
+        return recovered_events(ctx.cell_id, ctx.attempt, db_path, ingested, cwds, result)
+
+    async def after_recovered(
+        self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
+    ) -> None:
+        doc = result_json(state, await read_ingested())
+        await site.call_blocking(write_result_json, str(ctx.run_dir / "result.json"), doc)
+
+
+def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
+    """Site step: where the driver's run dir is (None if it never made one)."""
+    found = supervisor_run_dir(Path(workspace))()
+    return str(found.resolve()) if found is not None else None
+
+
+def write_result_json(tools: Tools, path: str, doc: dict[str, Any]) -> None:
+    """Site step: the seed's result.json, written atomically."""
+    tmp = f"{path}.partial"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def recovered_events(
+    cell_id: str,
+    attempt: int,
+    db_path: str,
+    ingested: Sequence[Recorded | Event],
+    cwds: list[str],
+    result: tuple[list[AgentSessionCaptured], list[str]] | StoreUnavailable,
+) -> tuple[list[AppendRequest], ev.CellRecovered]:
+    """The capture events and the CellRecovered of a supervisor attempt (pure)."""
+    capture_events: list[Event]
+    if isinstance(result, StoreUnavailable):
+        captures: list[AgentSessionCaptured] | None = None
+        capture_events = [result.event(attempt)]
+        gap: str | None = result.error
+    else:
+        captures, unmatched = result
+        capture_events = [
+            *captures,
+            *(WorkerCwdUnmatched(attempt=attempt, cwd=c) for c in unmatched),
+        ]
+        gap = None
+    summary = figures.summarize(ingested)
+    sup = sup_spend(captures, cwds)
+    base = spend_figures(captures) if captures is not None else ev.SpendFigures()
+    spend = msgspec.structs.replace(
+        base,
+        worker_tok_journal=figures.worker_tok_journal(ingested),
+        worker_cwds=sup.worker_cwds,
+        worker_sessions=sup.worker_sessions,
+        worker_tok_sqlite=sup.worker_tok_sqlite,
+        worker_tok_in=sup.worker_tok_in,
+        worker_tok_out=sup.worker_tok_out,
+        spent_tokens=summary.spent_tokens,
+        spent_usd=summary.spent_usd,
+    )
+    stream = capture_stream(cell_id, attempt)
+    requests = [AppendRequest(stream, 0, capture_events)] if capture_events else []
+    return requests, ev.CellRecovered(
+        attempt=attempt,
+        store_path=db_path,
+        store_available=captures is not None,
+        gap=gap,
+        spend=spend,
+    )
+
+
+def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:
+    """The seed's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events."""
+    summary = figures.summarize(ingested)
+    verified = state.verified
+    prov = state.provenance
+    recovered = state.recovered
+    sp = recovered.spend if recovered is not None else ev.SpendFigures()
+    return {
+        "arm": state.spec.arm.name,
+        "iid": state.spec.instance.instance_id,
+        "driver_rc": state.run_rc,
+        "wall_s": round(state.wall_s) if state.wall_s is not None else None,
+        "patch_lines": verified.patch_lines if verified else None,
+        "verify_rc": verified.verify_rc if verified else None,
+        "verify_pass": verified.verify_pass if verified else None,
+        "sup_status": summary.status,
+        "sup_verdict": summary.verdict,
+        "delivered": summary.delivered,
+        "spentTokens": summary.spent_tokens,
+        "spentUsd": summary.spent_usd,
+        "spawned": summary.spawned,
+        "workers": summary.workers,
+        "settled": summary.settled,
+        "subtasks": summary.subtasks,
+        "patchPath": verified.patch_path if verified else None,
+        "provenance": (
+            {"repo": prov.repo, "commit": prov.commit, "envKnobs": prov.env_knobs} if prov else None
+        ),
+        "recoveredSpend": {
+            "workerTokJournal": sp.worker_tok_journal,
+            "workerCwds": sp.worker_cwds,
+            "workerSessions": sp.worker_sessions,
+            "workerTokSqlite": sp.worker_tok_sqlite,
+            "workerTokIn": sp.worker_tok_in,
+            "workerTokOut": sp.worker_tok_out,
+        },
+    }

@@ -1,10 +1,17 @@
 """The daemon loop: schedule runnable cells up to max-parallel, react to control
 events from the log, stop gracefully.
 
-Scheduling is a query of the cells read model (what is not terminal and not
-paused); the decision of what to do with a cell is its runner's, from the cell's
-own fold. Control requests (abort, pause, max-parallel) arrive as events, written
-by `arenad abort|pause|...` from another process; the daemon follows the log.
+Scheduling is a query of the cells read port (what is not terminal and not paused);
+the decision of what to do with a cell is its runner's, from the cell's own fold.
+Control requests (abort, pause, max-parallel) arrive as events, written by
+`arenad abort|pause|...` from another process; the daemon follows the log. Where the
+cells' work happens is the executor's (:mod:`arenad.runs.executor`).
+
+Lifecycle (procrastinate's worker is the model): each resource registers its teardown
+on one exit stack as it is acquired, so the teardowns run in reverse order whatever
+happens; a side task (the control follower, the proposer capture) that fails stops the
+daemon at once, not when the loop next wakes; signal handlers are installed and
+restored in one place (:func:`signal_handlers`).
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+import traceback
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any
 
 import msgspec
-from watchdog.observers.api import BaseObserver
 
 from arenad import __version__
 from arenad.cell.retry import RetryPolicy
@@ -28,13 +36,13 @@ from arenad.daemon.lease import DaemonLease
 from arenad.daemon.runner import CellRunner, RunnerConfig
 from arenad.errors import ArenadError, StoreUnwritable
 from arenad.home import Home, open_store
-from arenad.ingest.watcher import start_observer, stop_observer
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
-from arenad.readmodels import queries
-from arenad.runs.detached import WrapperLauncher
+from arenad.readmodels.view import CellsView, cells_view
+from arenad.runs.executor import Executor, Tools
+from arenad.runs.local import LocalExecutor
+from arenad.store.base import EventStore
 from arenad.store.faults import fault_from_env
-from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
 from events import streams
 from events.base import Recorded
@@ -83,16 +91,27 @@ class DaemonFatal(ArenadError):
     """The daemon cannot go on (its store cannot be written); it stops, agents keep running."""
 
 
+ExecutorFactory = Callable[[Home, Tools], Executor]
+
+
+def local_executor(home: Home, tools: Tools) -> Executor:
+    return LocalExecutor(store_path=home.db_path, tools=tools)
+
+
 class Daemon:
     def __init__(
         self,
-        store: SqliteEventStore,
+        store: EventStore,
         home: Home,
         options: DaemonOptions,
         base_env: Mapping[str, str],
         clock: Clock = system_clock,
+        *,
+        cells: CellsView | None = None,
+        executor: ExecutorFactory = local_executor,
     ) -> None:
         self.store = store
+        self.cells = cells if cells is not None else cells_view(store)
         self.home = home
         self.options = options
         self.clock = clock
@@ -112,12 +131,12 @@ class Daemon:
         self.signals = 0
         self.stop_reason = "idle"
         self.fatal: BaseException | None = None
-        # One watchdog observer (one inotify instance and thread) for every run followed.
-        self.observer: BaseObserver | None = None
+        # A side task's failure: the daemon stops at once and run() raises it.
+        self.side_failure: BaseException | None = None
         # Prepared checkouts, one per (source, base), copied for each git workspace.
         self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
-        # Forks each run's wrapper from one warm interpreter (started on first use).
-        self.launcher = WrapperLauncher()
+        self._make_executor = executor
+        self.executor: Executor | None = None
 
     # -- control -----------------------------------------------------------------
 
@@ -154,6 +173,24 @@ class Daemon:
         for task in self.tasks.values():
             task.cancel()
 
+    def _side_task_done(self, task: asyncio.Task[object]) -> None:
+        """A side task ended: unless the daemon is stopping, that is a failure, and the
+        daemon stops at once (a dead follower would ignore every abort from then on)."""
+        if task.cancelled():
+            exc: BaseException | None = None
+        else:
+            exc = task.exception()
+        if exc is None and self.stopping.is_set():
+            return
+        failure = exc or RuntimeError(f"{task.get_name()} ended while the daemon ran")
+        if isinstance(failure, StoreUnwritable):
+            self._stop_fatally(failure)
+            return
+        if self.side_failure is None:
+            self.side_failure = failure
+            log.error("stopping: %s failed: %r", task.get_name(), failure)
+            self.stop(f"{task.get_name()} failed")
+
     async def _follow_control(self, after_seq: int) -> None:
         # Only what can change the schedule: the log's bulk (ingested lines, captures) is
         # not even read, let alone decoded. Schedule events come from other processes (the
@@ -187,20 +224,10 @@ class Daemon:
         # every freed slot, and reading every pending row each time would make a campaign
         # of n cells cost n² row reads.
         free = max(self.max_parallel - len(self.tasks), 0)
-        return await queries.runnable_cells(
-            self.store.connection, exclude=list(self.tasks), limit=4 * free + 16
-        )
+        return await self.cells.runnable(exclude=list(self.tasks), limit=4 * free + 16)
 
-    def _start(self, cell_id: str) -> None:
-        runner = CellRunner(
-            self.store,
-            self.config,
-            cell_id,
-            self.clock,
-            self.observer,
-            self.templates,
-            launcher=self.launcher,
-        )
+    def _start(self, cell_id: str, executor: Executor) -> None:
+        runner = CellRunner(self.store, self.config, cell_id, self.clock, executor)
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task
@@ -223,8 +250,6 @@ class Daemon:
         try:
             state = await runner.writer.load()
             if not state.terminal:
-                import traceback
-
                 await runner.writer.append(
                     [
                         ev.CellFailed(
@@ -243,77 +268,95 @@ class Daemon:
     def _running_in(self, campaign: str) -> int:
         return sum(1 for r in self.runners.values() if r.cell_id.split(":", 1)[0] == campaign)
 
+    def _side_task(
+        self, stack: contextlib.AsyncExitStack, coro: Coroutine[Any, Any, None], name: str
+    ) -> None:
+        """Start a side task whose failure stops the daemon; its teardown (cancel, wait)
+        is registered on ``stack``."""
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._side_task_done)
+
+        async def teardown() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        stack.push_async_callback(teardown)
+
     async def run(self) -> int:
-        start_seq = await self.store.last_seq()
-        await self._load_limits()
-        await self.store.append(
-            streams.DAEMON,
-            None,
-            [
-                DaemonStarted(
-                    pid=os.getpid(),
-                    hostname=socket.gethostname(),
-                    max_parallel=self.max_parallel,
-                    version=__version__,
-                )
-            ],
-        )
-        self.observer = await asyncio.to_thread(start_observer, "ingestion")
-        await asyncio.to_thread(self.templates.clear)
-        follower = asyncio.create_task(self._follow_control(start_seq), name="control follower")
-        proposer_stop = asyncio.Event()
-        paths = ProposerPaths.for_home(
-            self.home.root,
-            worktree_root=self.options.proposer_worktree_root,
-            claude_projects_dir=self.options.claude_projects_dir,
-        )
-        proposer = asyncio.create_task(
-            run_proposer_capture(self.store, paths, proposer_stop), name="proposer capture"
-        )
-        side_tasks = (follower, proposer)
-        try:
-            while not self.stopping.is_set():
-                for task in side_tasks:
-                    if task.done():
-                        task.result()  # a crashed side task stops the daemon, loudly
-                self.wake.clear()
-                runnable = await self._runnable()
-                for cell_id, campaign in runnable:
-                    if len(self.tasks) >= self.max_parallel:
-                        break
-                    limit = self.campaign_limits.get(campaign)
-                    if limit is not None and self._running_in(campaign) >= limit:
-                        continue
-                    self._start(cell_id)
-                if self.options.until_idle and not self.tasks and not runnable:
-                    break
-                await wait_for_event(self.wake, 1.0)
-        finally:
-            await self._drain()
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await follower
-            # The proposer capture's last pass records every file's final content.
-            proposer_stop.set()
-            if self.fatal is not None:
-                proposer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await proposer
-            if self.observer is not None:
-                await asyncio.to_thread(stop_observer, self.observer)
+        async with contextlib.AsyncExitStack() as stack:
+            start_seq = await self.store.last_seq()
+            await self._load_limits()
+            await self.store.append(
+                streams.DAEMON,
+                None,
+                [
+                    DaemonStarted(
+                        pid=os.getpid(),
+                        hostname=socket.gethostname(),
+                        max_parallel=self.max_parallel,
+                        version=__version__,
+                    )
+                ],
+            )
+            executor = self._make_executor(self.home, Tools(templates=self.templates))
+            self.executor = await stack.enter_async_context(executor)
             await asyncio.to_thread(self.templates.clear)
-            await self.launcher.close()
-            if self.fatal is None:
-                await self.store.append(
-                    streams.DAEMON, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
-                )
+            stack.push_async_callback(asyncio.to_thread, self.templates.clear)
+            await self._start_proposer_capture(stack)
+            self._side_task(stack, self._follow_control(start_seq), "control follower")
+            # Registered last, so it runs first: the cells wind down before their tools go.
+            stack.push_async_callback(self._drain)
+            await self._schedule(executor)
         if self.fatal is not None:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped without recording anything more. The log"
                 " is intact (`arenad verify-log`); running agents were left running and the"
                 " next daemon adopts them once the store can be written again"
             ) from self.fatal
+        await self.store.append(
+            streams.DAEMON, None, [DaemonStopped(pid=os.getpid(), reason=self.stop_reason)]
+        )
+        if self.side_failure is not None:
+            raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
         return 0
+
+    async def _schedule(self, executor: Executor) -> None:
+        while not self.stopping.is_set():
+            self.wake.clear()
+            runnable = await self._runnable()
+            for cell_id, campaign in runnable:
+                if len(self.tasks) >= self.max_parallel:
+                    break
+                limit = self.campaign_limits.get(campaign)
+                if limit is not None and self._running_in(campaign) >= limit:
+                    continue
+                self._start(cell_id, executor)
+            if self.options.until_idle and not self.tasks and not runnable:
+                break
+            await wait_for_event(self.wake, 1.0)
+
+    async def _start_proposer_capture(self, stack: contextlib.AsyncExitStack) -> None:
+        paths = ProposerPaths.for_home(
+            self.home.root,
+            worktree_root=self.options.proposer_worktree_root,
+            claude_projects_dir=self.options.claude_projects_dir,
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_proposer_capture(self.store, paths, stop), name="proposer capture"
+        )
+        task.add_done_callback(self._side_task_done)
+
+        async def teardown() -> None:
+            # Its last pass records every file's final content (not after a store failure).
+            stop.set()
+            if self.fatal is not None:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        stack.push_async_callback(teardown)
 
     async def _load_limits(self) -> None:
         for stream in await self.store.streams(streams.CAMPAIGN):
@@ -324,6 +367,7 @@ class Daemon:
                 self._on_event(r)
 
     async def _drain(self) -> None:
+        self.stopping.set()
         if not self.tasks:
             return
         # After a fatal store error nothing is aborted: an abort could not be recorded.
@@ -338,10 +382,21 @@ class Daemon:
             await asyncio.wait(pending, timeout=5)
 
 
-def install_signal_handlers(daemon: Daemon) -> None:
+@contextlib.contextmanager
+def signal_handlers(daemon: Daemon) -> Iterator[None]:
+    """SIGTERM and SIGINT stop the daemon (the second one forces); on the way out the
+    handlers that were there before come back."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    for sig in sigs:
         loop.add_signal_handler(sig, daemon.stop, signal.Signals(sig).name)
+    try:
+        yield
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, before[sig])
 
 
 @contextlib.contextmanager
@@ -366,16 +421,15 @@ def pidfd_child_watcher() -> Iterator[None]:
 
 
 async def run_daemon(
-    home: Home, options: DaemonOptions, base_env: Mapping[str, str] | None = None
+    home: Home,
+    options: DaemonOptions,
+    base_env: Mapping[str, str] | None = None,
+    *,
+    executor: ExecutorFactory = local_executor,
 ) -> int:
     faults = fault_from_env()
-    lease = DaemonLease(home.lock_path)
-    lease.acquire()
-    try:
-        with pidfd_child_watcher():
-            async with open_store(home, faults=faults) as store:
-                daemon = Daemon(store, home, options, base_env or dict(os.environ))
-                install_signal_handlers(daemon)
+    with DaemonLease(home.lock_path), pidfd_child_watcher():
+        async with open_store(home, faults=faults) as store:
+            daemon = Daemon(store, home, options, base_env or dict(os.environ), executor=executor)
+            with signal_handlers(daemon):
                 return await daemon.run()
-    finally:
-        lease.release()

@@ -3,15 +3,11 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
-from arenad.recovery.usage import fold_oc_usage
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event
-from events.cell import SoloUsage
-from events.ingest import IngestionClosed, LineIngested
+from events.ingest import IngestionClosed
 
 
 class IngestSink:
@@ -45,29 +41,12 @@ class IngestSink:
         self.version = recorded[-1].version
         self.appended += len(recorded)
 
+    @property
+    def held_events(self) -> list[Event]:
+        """The held closing batch (not yet in the log)."""
+        return list(self._held or [])
+
     def take_held(self) -> list[AppendRequest]:
         """The held closing batch as an append request (none if nothing is held)."""
         held, self._held = self._held, None
         return [] if held is None else [AppendRequest(self.stream, self.version, held)]
-
-
-def stdout_objects(events: Sequence[Event]) -> list[dict[str, Any]]:
-    """The JSON objects of the ingested stdout stream, in order (a pure fold)."""
-    out: list[dict[str, Any]] = []
-    for e in events:
-        if isinstance(e, LineIngested) and e.source == "stdout" and e.encoding == "utf-8":
-            try:
-                obj = json.loads(e.raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
-
-
-async def usage_from_stream(store: EventStore, stream: str) -> SoloUsage | None:
-    """The seed's usage figures, derived from the ingested stream events."""
-    events = [r.event for r in await store.read_stream(stream)]
-    if not any(isinstance(e, LineIngested) and e.source == "stdout" for e in events):
-        return None
-    return fold_oc_usage(stdout_objects(events))

@@ -7,9 +7,14 @@
                     + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
 
-Verify and recovery share one transaction, except for the supervisor arm (its recovery
-writes result.json after the append); a cell found verified (written apart, or by an
-earlier version) is recovered on its own.
+Verify and recovery share one transaction unless the arm says otherwise
+(:attr:`arenad.arms.Arm.recovery_joins_verify`); a cell found verified (written apart, or by
+an earlier version) is recovered on its own.
+
+The runner decides and records; the cell's work happens at its site
+(:mod:`arenad.runs.executor`): every file and process of the cell is touched there, by a
+site step (:mod:`arenad.daemon.steps`, the arm's own) or by the run itself. What differs
+between arms is the arm's (:mod:`arenad.arms`); the runner treats every arm alike.
 
 Every step reads what it needs from the cell's state (a fold of its stream) and
 writes its outcome as events; a step that fails for an infrastructure reason
@@ -21,48 +26,33 @@ not happen (a running agent is the exception, and it is adopted, not redone).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import shutil
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
 import msgspec
-from watchdog.observers.api import BaseObserver
 
-from arenad.arms import supervisor_figures as figures
-from arenad.arms.base import ArmContext, arm_for
-from arenad.arms.supervisor import SupervisorArmRunner
+from arenad.arms import Arm, ArmContext, arm_for, before_start_step, prepare_step
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon.ingest_sink import IngestSink, usage_from_stream
-from arenad.daemon.recover import recover_events, recover_supervisor_events, result_json
+from arenad.daemon import steps
+from arenad.daemon.ingest_sink import IngestSink
 from arenad.home import Home
-from arenad.ingest import RunDirWatcher, fold_positions, supervisor_source
-from arenad.materialize import MaterializeError, WorkspaceTemplates, materialize
+from arenad.ingest import fold_positions
+from arenad.materialize import MaterializeError
 from arenad.runs import groups
-from arenad.runs.detached import (
-    DetachedRun,
-    RunEnd,
-    RunFiles,
-    WrapperLauncher,
-    capped_marker,
-    capped_outputs,
-    spawn_detached,
-)
-from arenad.sandbox.cellenv import cell_env_for, cell_paths, prepare_cell_env
-from arenad.store.base import AppendRequest
-from arenad.store.sqlite import SqliteEventStore
-from arenad.verdict.judge import run_judge
-from arenad.verdict.patch import extract_patch
-from arenad.verdict.verify import run_verify
+from arenad.runs.detached import RunEnd
+from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
+from arenad.runs.files import RunFiles
+from arenad.sandbox.cellenv import cell_env_for
+from arenad.store.base import AppendRequest, EventStore
 from events import cell as ev
-from events.base import Event
-from events.specs import SupervisorArm
+from events.base import Event, Recorded
 from events.streams import ingest_stream
 
 log = logging.getLogger("arenad.cell")
@@ -82,29 +72,21 @@ class RunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
 class CellRunner:
     def __init__(
         self,
-        store: SqliteEventStore,
+        store: EventStore,
         config: RunnerConfig,
         cell_id: str,
         clock: Clock,
-        observer: BaseObserver | None = None,
-        templates: WorkspaceTemplates | None = None,
-        *,
-        launcher: WrapperLauncher,
+        executor: Executor,
     ) -> None:
         self.store = store
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
-        # The daemon's watchdog observer, shared by every run it follows.
-        self.observer = observer
-        # The daemon's prepared checkouts for git workspaces (None: a fresh clone each).
-        self.templates = templates
-        # The daemon's wrapper launcher: every run's wrapper is forked by it.
-        self.launcher = launcher
+        self.executor = executor
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
         self.writer = CellWriter(store, cell_id)
-        self.run_in_flight: DetachedRun | None = None
+        self.run_in_flight: Run | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
         # Set when the operator paused the cell: the step in flight finishes, no next one.
@@ -153,6 +135,8 @@ class CellRunner:
                 state = (
                     after if after is not None and after is not state else await self.writer.load()
                 )
+            if state.terminal:
+                await self.executor.done_with(self.cell_id, state.attempt)
         except CellMovedOn as exc:
             log.info("%s: %s", self.cell_id, exc)
 
@@ -201,7 +185,17 @@ class CellRunner:
             await wait_for_event(self._wake, min(wait_s, 60.0))
         return False
 
-    # -- steps -------------------------------------------------------------------
+    # -- what every step needs ---------------------------------------------------
+
+    @cached_property
+    def arm(self) -> Arm:
+        """The cell's arm, resolved once (a cell's arm spec never changes)."""
+        state = self.writer.state
+        assert state is not None, "the cell is loaded before its first step"
+        return arm_for(state.spec.arm)
+
+    async def _site(self, state: CellState) -> Site:
+        return await self.executor.site(self.cell_id, state.attempt)
 
     def _run_dir(self, state: CellState) -> Path:
         spec = state.spec
@@ -209,14 +203,30 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
 
+    def _context(self, state: CellState) -> ArmContext:
+        assert state.run_dir is not None and state.workspace is not None
+        run_dir = Path(state.run_dir)
+        return ArmContext(
+            spec=state.spec,
+            cell_id=self.cell_id,
+            attempt=state.attempt,
+            run_dir=run_dir,
+            workspace=Path(state.workspace),
+            env=cell_env_for(run_dir, self.config.base_env),
+        )
+
+    def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
+        return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
+
+    # -- steps -------------------------------------------------------------------
+
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
-        ws = run_dir / "ws"
+        site = await self._site(state)
         try:
-            # No run of this attempt was recorded, so anything here is debris of a daemon
-            # that died before starting one: start clean.
-            await asyncio.to_thread(_fresh_run_dir, run_dir, dict(self.config.base_env))
-            result = await materialize(state.spec, ws, templates=self.templates)
+            result = await site.call(
+                steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
+            )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
@@ -229,7 +239,7 @@ class CellRunner:
                 ev.CellMaterialized(
                     attempt=state.attempt,
                     run_dir=str(run_dir),
-                    workspace=str(ws),
+                    workspace=result.workspace,
                     head=result.head,
                     clean=result.clean,
                     materializer=state.spec.materializer.kind,
@@ -237,83 +247,70 @@ class CellRunner:
             ]
         )
 
-    def _context(self, state: CellState) -> ArmContext:
-        assert state.run_dir is not None and state.workspace is not None
-        run_dir = Path(state.run_dir)
-        env = cell_env_for(run_dir, self.config.base_env)
-        return ArmContext(
-            spec=state.spec,
-            cell_id=self.cell_id,
-            attempt=state.attempt,
-            run_dir=run_dir,
-            workspace=Path(state.workspace),
-            env=env,
-        )
-
     async def run(self, state: CellState) -> None:
         """Start the agent so that it runs if and only if its RunStarted is committed.
 
-        The wrapper is spawned first, holding the agent back; RunStarted (with the
-        wrapper's pid) is appended; only then is the agent released. A daemon that dies
-        in between leaves either no RunStarted (the wrapper exits, nothing ran) or a
-        committed one (the wrapper starts the agent itself and the next daemon adopts it).
+        The run is started held (its wrapper waits); RunStarted (naming the wrapper) is
+        appended; only then is the agent released. A daemon that dies in between leaves
+        either no RunStarted (the wrapper exits, nothing ran) or a committed one (the
+        wrapper starts the agent itself and the next daemon adopts it).
         """
         ctx = self._context(state)
-        arm = arm_for(state.spec.arm)
+        arm = self.arm
+        site = await self._site(state)
         try:
-            launch = await asyncio.to_thread(arm.prepare, ctx)
+            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return
-        before_start: list[Event] = []
-        if isinstance(arm, SupervisorArmRunner):
-            before_start.append(await asyncio.to_thread(arm.provenance, ctx))
         files = RunFiles(
             run_dir=str(ctx.run_dir),
             stdout=str(ctx.run_dir / arm.stdout_name),
             stderr=str(ctx.run_dir / arm.stderr_name),
             cap_bytes=state.spec.max_output_bytes,
         )
+        request = RunRequest(
+            argv=launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            files=files,
+            timeout_s=launch.timeout_s,
+            kill_grace_s=launch.kill_grace_s,
+            stream=self.writer.stream,
+            attempt=state.attempt,
+        )
         try:
-            run = await spawn_detached(
-                launch.argv,
-                cwd=launch.cwd,
-                env=launch.env,
-                files=files,
-                store_path=self.store.path,
-                stream=self.writer.stream,
-                attempt=state.attempt,
-                timeout_s=launch.timeout_s,
-                kill_grace_s=launch.kill_grace_s,
-                clock=self.clock,
-                launcher=self.launcher,
-            )
+            run = await site.start(request)
         except groups.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
             return
+        record = run.record
         started = ev.RunStarted(
             attempt=state.attempt,
             argv=launch.argv,
             cwd=launch.cwd,
-            pid=run.pid,
-            pgid=run.pgid,
-            process_start_ticks=run.start_ticks,
-            started_at_ms=run.started_at_ms,
-            deadline_ms=run.deadline_ms,
+            pid=record.pid,
+            pgid=record.pgid,
+            process_start_ticks=record.start_ticks,
+            started_at_ms=record.started_at_ms,
+            deadline_ms=record.deadline_ms,
             timeout_s=launch.timeout_s,
             kill_grace_s=launch.kill_grace_s,
             exit_file=str(files.exit_file),
             stdout_path=files.stdout,
             stderr_path=files.stderr,
             output_cap_bytes=files.cap_bytes,
+            executor=record.executor,
+            node=record.node,
         )
         try:
             state = await self.writer.append([*before_start, started])
         except BaseException:
             await run.cancel_unreleased()
             raise
-        run.release()
-        await self._follow_run(state, ctx, run, new=True)
+        await run.release()
+        await self._follow_run(state, ctx, site, run, new=True)
 
     async def resume_running(self, state: CellState) -> None:
         """A run an earlier daemon recorded: adopt it if it still runs, else record how it
@@ -321,80 +318,57 @@ class CellRunner:
         started = state.run
         assert started is not None
         ctx = self._context(state)
-        if started.exit_file is None:
-            # Recorded before runs had a wrapper: nothing can say how it ended.
-            if groups.process_identity_matches(started.pid, started.process_start_ticks or -1):
-                await groups.kill_group(started.pgid, started.kill_grace_s)
-            await self._record_end(
-                state, ctx, RunEnd(how="lost", code=None, ended_at_ms=self.clock())
-            )
-            return
-        run = DetachedRun.adopt(
-            pid=started.pid,
-            start_ticks=started.process_start_ticks,
-            files=RunFiles(
-                run_dir=str(ctx.run_dir),
-                stdout=started.stdout_path or "",
-                stderr=started.stderr_path or "",
-                cap_bytes=started.output_cap_bytes,
-            ),
-            started_at_ms=started.started_at_ms,
-            deadline_ms=started.deadline_ms,
-            kill_grace_s=started.kill_grace_s,
-        )
-        if run.alive:
-            log.info("%s: adopting run pid %d", self.cell_id, run.pid)
+        site = await self._site(state)
+        run = await site.attach(started, str(ctx.run_dir))
+        if await run.alive():
+            log.info("%s: adopting run pid %d", self.cell_id, run.record.pid)
             state = await self.writer.append(
-                [ev.RunAdopted(attempt=state.attempt, pid=run.pid, daemon_pid=os.getpid())]
+                [ev.RunAdopted(attempt=state.attempt, pid=run.record.pid, daemon_pid=os.getpid())]
             )
-        await self._follow_run(state, ctx, run)
+        await self._follow_run(state, ctx, site, run)
 
     async def _follow_run(
-        self, state: CellState, ctx: ArmContext, run: DetachedRun, *, new: bool = False
+        self, state: CellState, ctx: ArmContext, site: Site, run: Run, *, new: bool = False
     ) -> None:
         """Ingest the run's files live until it ends, then record how it ended.
 
         ``new``: this daemon just recorded the run's start, so its ingest stream is known
-        to be empty (nothing ingests before a RunStarted) and is not read. The watcher's
-        closing batch is appended with the run's end, in one transaction; a supervisor's
-        outcome is read from that stream, so its closing batch goes first, on its own.
+        to be empty (nothing ingests before a RunStarted) and is not read. The closing
+        batch of the ingestion is appended with the run's end, in one transaction.
         """
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(
-            self.store,
-            ingest_stream(self.cell_id, state.attempt),
-            hold_close=not isinstance(state.spec.arm, SupervisorArm),
-        )
+        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt), hold_close=True)
         await sink.open(new=new)
-        watcher = await self._start_watcher(ctx, sink, new=new)
+        recorded = [] if new else await self.store.read_stream(sink.stream)
+        positions = fold_positions(recorded)
+        observation: Observation | None = None
+        if not positions.closed:
+            sources = self.arm.watch_sources(ctx)
+            observation = await run.observe(sources, positions, sink.append)
         hangs = (
             asyncio.create_task(self._watch_for_hangs(state.attempt, run, sink))
             if self.config.hang_after_s
             else None
         )
         try:
-            end = await run.wait(self.clock)
+            end = await run.wait()
         except BaseException:
-            if watcher is not None:
-                await watcher.abort()
+            if observation is not None:
+                await observation.abort()
             raise
         finally:
             self.run_in_flight = None
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
-        if watcher is not None:
-            await watcher.close()
-        await self._record_end(state, ctx, end, also=sink.take_held())
+        if observation is not None:
+            await observation.close()
+        await self._record_end(state, ctx, site, end, sink)
 
     async def _record_end(
-        self,
-        state: CellState,
-        ctx: ArmContext,
-        end: RunEnd,
-        also: Sequence[AppendRequest] = (),
+        self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
     ) -> None:
         started_at = state.run.started_at_ms if state.run is not None else end.ended_at_ms
         wall_s = max(0.0, (end.ended_at_ms - started_at) / 1000)
@@ -423,13 +397,12 @@ class CellRunner:
                     "launch",
                     end.reason or "the agent did not start",
                     retryable=True,
-                    also=also,
+                    also=sink.take_held(),
                 )
                 return
-        events: list[Event] = [outcome, *_output_capped(state.run, attempt)]
-        if isinstance(state.spec.arm, SupervisorArm):
-            events.append(await self._supervisor_outcome(attempt, ctx))
-        await self._append_with(events, also)
+        events: list[Event] = [outcome, *_output_capped(state.run, end, attempt)]
+        events += await self.arm.end_events(site, ctx, self._ingested(attempt, sink))
+        await self._append_with(events, sink.take_held())
 
     async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
         """Append to the cell with ``also`` in the same transaction; if the cell moved on
@@ -441,34 +414,17 @@ class CellRunner:
                 await self.store.append_many(list(also))
             raise
 
-    async def _start_watcher(
-        self, ctx: ArmContext, sink: IngestSink, *, new: bool = False
-    ) -> RunDirWatcher | None:
-        """Watch what the arm writes while it runs, resuming at the recorded offsets."""
-        recorded = [] if new else await self.store.read_stream(sink.stream)
-        positions = fold_positions(recorded)
-        if positions.closed:
-            return None
-        sources = arm_for(ctx.spec.arm).watch_sources(ctx)
-        watcher = RunDirWatcher(sources, sink.append, positions=positions, observer=self.observer)
-        await watcher.start()
-        return watcher
-
-    async def _watch_for_hangs(self, attempt: int, run: DetachedRun, sink: IngestSink) -> None:
+    async def _watch_for_hangs(self, attempt: int, run: Run, sink: IngestSink) -> None:
         """Record a HangDetected when the run makes no output and no ingested line for
         ``hang_after_s`` (once per silence), and abort it when configured to."""
         after_s = self.config.hang_after_s
         assert after_s is not None
-        files = [Path(run.files.stdout), Path(run.files.stderr)]
-        # Output dropped past the cap still counts as output: the wrapper moves the
-        # marker's mtime while it drops.
-        markers = [Path(capped_marker(str(f))) for f in files]
         last_mark: tuple[int, ...] | None = None
         last_change_ms = self.clock()
         reported = False
         while True:
             await asyncio.sleep(min(after_s / 4, 5.0))
-            mark = (sink.appended, *(_size(f) for f in files), *(_mtime_ns(m) for m in markers))
+            mark = (sink.appended, *await run.activity())
             now = self.clock()
             if mark != last_mark:
                 last_mark, last_change_ms, reported = mark, now, False
@@ -488,48 +444,34 @@ class CellRunner:
             if action == "abort":
                 self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
-    async def _supervisor_outcome(self, attempt: int, ctx: ArmContext) -> ev.SupervisorOutcome:
-        recorded = await self.store.read_stream(ingest_stream(self.cell_id, attempt))
-        summary = figures.summarize(recorded)
-        sup_dir = supervisor_source(ctx.workspace).resolve()
-        return ev.SupervisorOutcome(
-            attempt=attempt,
-            sup_run_dir=str(sup_dir) if sup_dir is not None else None,
-            status=summary.status,
-            verdict=summary.verdict,
-            delivered=summary.delivered,
-            spent_tokens=summary.spent_tokens,
-            spent_usd=summary.spent_usd,
-        )
-
     async def verify(self, state: CellState) -> None:
         ctx = self._context(state)
         spec = state.spec
-        arm = arm_for(spec.arm)
-        if isinstance(arm, SupervisorArmRunner):
-            recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
-            sup_status = figures.state_status(recorded)
-            outcome = arm.outcome(str(state.status), state.run_rc, ctx, sup_status)
-        else:
-            outcome = arm.outcome(str(state.status), state.run_rc, ctx)
+        site = await self._site(state)
+        outcome = self.arm.outcome(state)
         patch_path = self.config.home.patch_path(
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            patch = await extract_patch(
-                ctx.workspace, spec.instance.base_commit, spec.excludes, patch_path
+            patch = await site.call(
+                steps.patch_step,
+                str(ctx.workspace),
+                spec.instance.base_commit,
+                list(spec.excludes),
+                str(patch_path),
             )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too.
-        verdict = await run_verify(
+        verdict = await site.call(
+            steps.verify_step,
             spec.instance.verify_cmd,
-            ctx.workspace,
-            verify_log,
-            env=ctx.env,
-            timeout_s=spec.verify_timeout_s,
+            str(ctx.workspace),
+            str(verify_log),
+            ctx.env,
+            spec.verify_timeout_s,
         )
         events: list[Event] = [
             ev.CellVerified(
@@ -548,57 +490,36 @@ class CellRunner:
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
             events.append(
-                await run_judge(
+                await site.call(
+                    steps.judge_step,
                     spec.judge,
-                    attempt=state.attempt,
-                    workspace=ctx.workspace,
-                    run_dir=ctx.run_dir,
-                    env=ctx.env,
+                    state.attempt,
+                    str(ctx.workspace),
+                    str(ctx.run_dir),
+                    ctx.env,
                 )
             )
-        if isinstance(spec.arm, SupervisorArm):
+        if not self.arm.recovery_joins_verify:
             await self.writer.append(events)
             return
-        # Recovery reads only the agent's store and the ingest stream, so it goes into the
-        # verdict's transaction: one append and one scheduling round less per cell. A
-        # crash before it redoes both steps; recovery failing records the verdict first.
+        # A crash before the append redoes both steps; recovery failing records the
+        # verdict first.
+        reader = self._ingested(state.attempt)
         try:
-            captures, recovered = await self._recover_parts(state, ctx)
+            captures, recovered = await self.arm.recover(site, ctx, state, reader)
         except Exception:
             await self.writer.append(events)
             raise
-        await self.writer.append([*events, recovered], also=captures)
+        state = await self.writer.append([*events, recovered], also=captures)
+        await self.arm.after_recovered(site, ctx, state, reader)
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
-        if isinstance(state.spec.arm, SupervisorArm):
-            await self._recover_supervisor(state, ctx)
-            return
-        captures, recovered = await self._recover_parts(state, ctx)
-        await self.writer.append([recovered], also=captures)
-
-    async def _recover_parts(
-        self, state: CellState, ctx: ArmContext
-    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
-        """The captures of the agent's own store and the CellRecovered that sums them."""
-        usage = None
-        if state.run is None or state.run.stdout_path not in state.capped_outputs:
-            # Sums over a stream the cap cut would pass for a whole run's: unknown instead.
-            usage = await usage_from_stream(self.store, ingest_stream(self.cell_id, state.attempt))
-        db_path = Path(cell_paths(ctx.run_dir).opencode_db)
-        return await asyncio.to_thread(recover_events, db_path, self.cell_id, state, usage)
-
-    async def _recover_supervisor(self, state: CellState, ctx: ArmContext) -> None:
-        recorded = await self.store.read_stream(ingest_stream(self.cell_id, state.attempt))
-        db_path = Path(cell_paths(ctx.run_dir).opencode_db)
-        events, recovered = await asyncio.to_thread(
-            recover_supervisor_events, db_path, self.cell_id, state, recorded
-        )
-        await self.writer.append([recovered], also=events)
-        doc = result_json(state, recorded, recovered)
-        await asyncio.to_thread(
-            (ctx.run_dir / "result.json").write_text, json.dumps(doc, indent=1) + "\n"
-        )
+        site = await self._site(state)
+        reader = self._ingested(state.attempt)
+        captures, recovered = await self.arm.recover(site, ctx, state, reader)
+        state = await self.writer.append([recovered], also=captures)
+        await self.arm.after_recovered(site, ctx, state, reader)
 
     async def _fail(
         self,
@@ -623,38 +544,35 @@ class CellRunner:
             apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
         )
         await self._append_with([failure] if retry is None else [failure, retry], also)
+        await self.executor.done_with(self.cell_id, state.attempt)
 
 
-def _output_capped(started: ev.RunStarted | None, attempt: int) -> list[ev.RunOutputCapped]:
+class _IngestedReader:
+    """An attempt's ingested events, read once on first use: what was committed, and the
+    closing batch still held for the run's end transaction."""
+
+    def __init__(self, store: EventStore, stream: str, sink: IngestSink | None) -> None:
+        self.store = store
+        self.stream = stream
+        self.sink = sink
+        self._events: list[Recorded | Event] | None = None
+
+    async def __call__(self) -> list[Recorded | Event]:
+        if self._events is None:
+            held = self.sink.held_events if self.sink is not None else []
+            self._events = [*await self.store.read_stream(self.stream), *held]
+        return self._events
+
+
+def _output_capped(
+    started: ev.RunStarted | None, end: RunEnd, attempt: int
+) -> list[ev.RunOutputCapped]:
     """A RunOutputCapped for each of the run's output files that the wrapper's cap cut."""
     if started is None or started.output_cap_bytes is None:
         return []
-    paths = [p for p in (started.stdout_path, started.stderr_path) if p]
     return [
         ev.RunOutputCapped(
             attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
         )
-        for path, cause in capped_outputs(paths)
+        for path, cause in end.capped
     ]
-
-
-def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
-    """An empty run dir with the cell's private environment in it (one thread hop)."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    prepare_cell_env(run_dir, base_env)
-
-
-def _mtime_ns(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return -1

@@ -26,9 +26,6 @@ from arenad.ingest.watcher import (
     WatchSource,
     file_source,
     first_subdirectory,
-    supervisor_run_dir,
-    supervisor_selection,
-    supervisor_source,
 )
 
 __all__ = [
@@ -50,7 +47,4 @@ __all__ = [
     "line_end",
     "parse_lines",
     "split_lines",
-    "supervisor_run_dir",
-    "supervisor_selection",
-    "supervisor_source",
 ]

@@ -185,20 +185,6 @@ def _expand(base: str, segs: tuple[str, ...], prefix: str) -> Iterator[str]:
             continue
 
 
-def supervisor_selection() -> GlobSelection:
-    """A loops supervisor run dir (rollout-v1 §6).
-
-    Lines: ``journal.jsonl``, ``workers/*.ndjson`` (but not the
-    ``workers/*.inbox.ndjson`` inboxes, which are not workers), ``progress.ndjson``.
-    Snapshot: ``state.json``.
-    """
-    return GlobSelection(
-        lines=("journal.jsonl", "workers/*.ndjson", "progress.ndjson"),
-        snapshots=("state.json",),
-        exclude=("workers/*.inbox.ndjson",),
-    )
-
-
 def first_subdirectory(*parents: Path) -> RootResolver:
     """A resolver: the first (by name) subdirectory of the first parent that has one."""
 
@@ -214,18 +200,6 @@ def first_subdirectory(*parents: Path) -> RootResolver:
         return None
 
     return resolve
-
-
-def supervisor_run_dir(workspace: Path) -> RootResolver:
-    """``<ws>/.agent/supervisor/<id>/``, else ``<ws>/.loops/supervisor/<id>/``.
-
-    Like the reference readers: try ``.agent`` then ``.loops``, take the first
-    subdirectory. The directory appears only once the driver started; a watcher
-    keeps resolving until it does, then stays on the directory it found.
-    """
-    return first_subdirectory(
-        workspace / ".agent" / "supervisor", workspace / ".loops" / "supervisor"
-    )
 
 
 @dataclass(frozen=True)
@@ -244,11 +218,6 @@ class WatchSource:
         if isinstance(self.root, Path):
             return self.root if self.root.is_dir() else None
         return self.root()
-
-
-def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
-    """The supervisor run dir under ``workspace``, discovered when it appears."""
-    return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
 
 
 def file_source(name: str, file: Path, mode: Mode = "lines") -> WatchSource:

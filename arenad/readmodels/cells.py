@@ -47,6 +47,9 @@ COLUMNS = (
     "state_json",
 )
 
+# The status columns: every column but the table's bookkeeping.
+STATUS_COLUMNS = COLUMNS[:-3]
+
 _UPSERT = (
     f"INSERT OR REPLACE INTO cells ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 )

@@ -8,13 +8,9 @@ from typing import Any
 import aiosqlite
 
 from arenad.cell.machine import CellState
-from arenad.readmodels.cells import decode_state
+from arenad.readmodels.cells import STATUS_COLUMNS, decode_state
 
-_STATUS_COLUMNS = (
-    "cell_id, campaign, instance_id, arm, arm_kind, rep, attempt, state, paused,"
-    " abort_requested, submitted_at_ms, updated_at_ms, started_at_ms, ended_at_ms, wall_s,"
-    " run_rc, scored, verify_pass, patch_lines, tokens_in, tokens_out, cost_usd"
-)
+_STATUS_COLUMNS = ", ".join(STATUS_COLUMNS)
 
 
 async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:

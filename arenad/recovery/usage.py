@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from events.base import Event, Recorded
 from events.cell import SoloUsage
+from events.ingest import LineIngested
 
 
 def _num(value: Any) -> float | int:
@@ -115,3 +117,26 @@ def parse_jsonl_objects(text: str | bytes) -> list[Any]:
 def parse_oc_usage(jsonl: str | bytes) -> SoloUsage:
     """parseOcUsage on a whole ``oc.jsonl`` text."""
     return fold_oc_usage(parse_jsonl_objects(jsonl))
+
+
+def stdout_objects(events: Iterable[Event | Recorded]) -> list[dict[str, Any]]:
+    """The JSON objects of an ingested stdout stream, in order (a pure fold)."""
+    out: list[dict[str, Any]] = []
+    for item in events:
+        e = item.event if isinstance(item, Recorded) else item
+        if isinstance(e, LineIngested) and e.source == "stdout" and e.encoding == "utf-8":
+            try:
+                obj = json.loads(e.raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+def usage_from_events(events: Sequence[Event | Recorded]) -> SoloUsage | None:
+    """The seed's usage figures from an attempt's ingested events (None: no stdout)."""
+    lines = [item.event if isinstance(item, Recorded) else item for item in events]
+    if not any(isinstance(e, LineIngested) and e.source == "stdout" for e in lines):
+        return None
+    return fold_oc_usage(stdout_objects(lines))

@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from arenad.arms.supervisor import supervisor_run_dir, supervisor_selection, supervisor_source
 from arenad.ingest.offsets import fold_positions
 from arenad.ingest.watcher import (
     GlobSelection,
     RunDirWatcher,
     WatchSource,
     file_source,
-    supervisor_run_dir,
-    supervisor_selection,
-    supervisor_source,
 )
 from events.ingest import (
     FileSnapshotted,

@@ -22,14 +22,9 @@ import msgspec
 import pytest
 
 from arenad.runs import groups
-from arenad.runs.detached import (
-    DetachedRun,
-    RunFiles,
-    WrapperLauncher,
-    capped_outputs,
-    read_exit_record,
-    spawn_detached,
-)
+from arenad.runs.detached import DetachedRun, spawn_detached
+from arenad.runs.files import RunFiles, capped_outputs, read_exit_record
+from arenad.runs.launcher_client import WrapperLauncher
 from arenad.store.sqlite import SqliteEventStore
 from events.cell import RunStarted
 
@@ -191,7 +186,9 @@ _PARENT = textwrap.dedent(
     """
     import asyncio, json, os, sys, time
     from pathlib import Path
-    from arenad.runs.detached import RunFiles, WrapperLauncher, spawn_detached
+    from arenad.runs.detached import spawn_detached
+    from arenad.runs.files import RunFiles
+    from arenad.runs.launcher_client import WrapperLauncher
 
     async def main():
         d = Path(sys.argv[1])

@@ -1,0 +1,68 @@
+"""The cell runner's site steps: the work done where the cell lives.
+
+Each is a plain function whose first argument is the site's tools
+(:class:`arenad.runs.executor.Tools`) and whose other arguments and result are plain
+data, so a site on another machine runs it there. The runner records what they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from arenad.materialize import MaterializeResult, materialize
+from arenad.runs.executor import Tools
+from arenad.sandbox.cellenv import prepare_cell_env
+from arenad.verdict.judge import run_judge
+from arenad.verdict.patch import PatchResult, extract_patch
+from arenad.verdict.verify import VerifyResult, run_verify
+from events.cell import JudgeVerdictRecorded
+from events.specs import CellSpec, JudgeSpec
+
+
+async def materialize_step(
+    tools: Tools, spec: CellSpec, run_dir: str, base_env: dict[str, str]
+) -> MaterializeResult:
+    """A fresh run dir with the cell's private environment, and its workspace ``ws/``.
+
+    No run of this attempt was recorded, so anything in the run dir is debris of a daemon
+    that died before starting one: it starts clean.
+    """
+    await asyncio.to_thread(_fresh_run_dir, Path(run_dir), base_env)
+    return await materialize(spec, Path(run_dir) / "ws", templates=tools.templates)
+
+
+def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    prepare_cell_env(run_dir, base_env)
+
+
+async def patch_step(
+    tools: Tools, workspace: str, base: str, excludes: list[str], out_path: str
+) -> PatchResult:
+    return await extract_patch(workspace, base, excludes, out_path)
+
+
+async def verify_step(
+    tools: Tools,
+    verify_cmd: str,
+    workspace: str,
+    log_path: str,
+    env: dict[str, str],
+    timeout_s: float,
+) -> VerifyResult:
+    return await run_verify(verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s)
+
+
+async def judge_step(
+    tools: Tools,
+    spec: JudgeSpec,
+    attempt: int,
+    workspace: str,
+    run_dir: str,
+    env: dict[str, str],
+) -> JudgeVerdictRecorded:
+    return await run_judge(spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env)

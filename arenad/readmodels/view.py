@@ -1,0 +1,130 @@
+"""The cells read port: what the daemon and the application ask of the cells read model.
+
+The scheduler asks which cells could move on; ``status`` asks for counts and rows;
+``submit`` asks for a cell's state. They depend on :class:`CellsView`, never on a SQL
+connection. :class:`SqliteCellsView` answers from the ``cells`` table (kept in the append's
+transaction, :mod:`arenad.readmodels.cells`); :class:`FoldedCellsView` answers any
+:class:`~arenad.store.base.EventStore` by folding the cell streams (the in-memory store's,
+and the contract the SQL one must agree with).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from arenad.cell.machine import TERMINAL, CellState, fold
+from arenad.readmodels import queries
+from arenad.readmodels.cells import COLUMNS, STATUS_COLUMNS, row_of
+from arenad.store.base import EventStore
+from arenad.store.sqlite import SqliteEventStore
+from events.streams import CELL, cell_stream
+
+
+class CellsView(abc.ABC):
+    @abc.abstractmethod
+    async def runnable(
+        self, *, exclude: Sequence[str] = (), limit: int | None = None
+    ) -> list[tuple[str, str]]:
+        """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
+        oldest first, but those in ``exclude`` (already running), at most ``limit``."""
+
+    @abc.abstractmethod
+    async def counts(self) -> list[tuple[str, int]]:
+        """(state, number of cells), by state name."""
+
+    @abc.abstractmethod
+    async def rows(
+        self, campaign: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """One status row per cell (``STATUS_COLUMNS``), by campaign, instance, arm, rep."""
+
+    @abc.abstractmethod
+    async def state(self, cell_id: str) -> CellState | None:
+        """The cell's state, or None for a cell never submitted."""
+
+
+class SqliteCellsView(CellsView):
+    def __init__(self, store: SqliteEventStore) -> None:
+        self._store = store
+
+    async def runnable(
+        self, *, exclude: Sequence[str] = (), limit: int | None = None
+    ) -> list[tuple[str, str]]:
+        return await queries.runnable_cells(self._store.connection, exclude=exclude, limit=limit)
+
+    async def counts(self) -> list[tuple[str, int]]:
+        return await queries.state_counts(self._store.connection)
+
+    async def rows(
+        self, campaign: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return await queries.cell_rows(self._store.connection, campaign, limit)
+
+    async def state(self, cell_id: str) -> CellState | None:
+        return await queries.cell_state(self._store.connection, cell_id)
+
+
+class FoldedCellsView(CellsView):
+    """Answers by folding every cell stream on each call: for small logs and tests."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    async def _states(self) -> list[CellState]:
+        states = []
+        for stream in await self._store.streams(CELL):
+            state = fold(await self._store.read_stream(stream))
+            if state is not None:
+                states.append(state)
+        return states
+
+    async def runnable(
+        self, *, exclude: Sequence[str] = (), limit: int | None = None
+    ) -> list[tuple[str, str]]:
+        skip = set(exclude)
+        found = sorted(
+            (s.submitted_at_ms, s.cell_id, s.spec.campaign)
+            for s in await self._states()
+            if s.status not in TERMINAL and not s.paused and s.cell_id not in skip
+        )
+        return [(cell_id, campaign) for _, cell_id, campaign in found[:limit]]
+
+    async def counts(self) -> list[tuple[str, int]]:
+        tally: dict[str, int] = {}
+        for s in await self._states():
+            tally[str(s.status)] = tally.get(str(s.status), 0) + 1
+        return sorted(tally.items())
+
+    async def rows(
+        self, campaign: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        states = [s for s in await self._states() if campaign in (None, s.spec.campaign)]
+        states.sort(
+            key=lambda s: (
+                s.spec.campaign,
+                s.spec.instance.instance_id,
+                s.spec.arm.name,
+                s.spec.rep,
+            )
+        )
+        out = []
+        for s in states[:limit]:
+            row = dict(zip(COLUMNS, row_of(s, 0), strict=True))
+            out.append({c: row[c] for c in STATUS_COLUMNS})
+        return out
+
+    async def state(self, cell_id: str) -> CellState | None:
+        return fold(await self._store.read_stream(cell_stream(cell_id)))
+
+
+def _status_order(s: CellState) -> tuple[str, str, str, int]:
+    return (s.spec.campaign, s.spec.instance.instance_id, s.spec.arm.name, s.spec.rep)
+
+
+def cells_view(store: EventStore) -> CellsView:
+    """The cells view of a store: its read model where it keeps one, else folds."""
+    if isinstance(store, SqliteEventStore):
+        return SqliteCellsView(store)
+    return FoldedCellsView(store)

@@ -1,0 +1,229 @@
+"""The local executor: every cell's work on this machine, in the daemon's process.
+
+Steps run in the daemon's event loop (or a thread, for blocking ones). Agent runs start
+through the daemon's :class:`~arenad.runs.launcher_client.WrapperLauncher` as detached
+runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched by one
+shared watchdog observer (:class:`~arenad.ingest.watcher.RunDirWatcher` per run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from watchdog.observers.api import BaseObserver
+
+from arenad.clock import Clock, system_clock
+from arenad.ingest.offsets import Positions
+from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource, start_observer, stop_observer
+from arenad.runs import groups
+from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
+from arenad.runs.executor import (
+    Executor,
+    Observation,
+    Run,
+    RunRecord,
+    RunRequest,
+    Site,
+    Tools,
+)
+from arenad.runs.files import RunFiles, capped_marker
+from arenad.runs.launcher_client import WrapperLauncher
+from events.cell import RunStarted
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class LocalObservation(Observation):
+    def __init__(self, watcher: RunDirWatcher) -> None:
+        self.watcher = watcher
+
+    async def close(self) -> None:
+        await self.watcher.close()
+
+    async def abort(self) -> None:
+        await self.watcher.abort()
+
+
+class LocalRun(Run):
+    def __init__(
+        self, run: DetachedRun, clock: Clock, observer: BaseObserver | None, node: str | None
+    ) -> None:
+        self.run = run
+        self.files = run.files
+        self.record = RunRecord(
+            pid=run.pid,
+            pgid=run.pgid,
+            start_ticks=run.start_ticks,
+            started_at_ms=run.started_at_ms,
+            deadline_ms=run.deadline_ms,
+            executor="local",
+            node=node,
+        )
+        self._clock = clock
+        self._observer = observer
+
+    async def release(self) -> None:
+        self.run.release()
+
+    async def cancel_unreleased(self) -> None:
+        await self.run.cancel_unreleased()
+
+    def abort(self, reason: str) -> None:
+        self.run.abort(reason)
+
+    def kill_now(self) -> None:
+        self.run.kill_now()
+
+    async def alive(self) -> bool:
+        return self.run.alive
+
+    async def wait(self) -> RunEnd:
+        return await self.run.wait(self._clock)
+
+    async def observe(
+        self, sources: Sequence[WatchSource], positions: Positions, sink: Sink
+    ) -> Observation:
+        watcher = RunDirWatcher(sources, sink, positions=positions, observer=self._observer)
+        await watcher.start()
+        return LocalObservation(watcher)
+
+    async def activity(self) -> tuple[int, ...]:
+        # Output dropped past the cap still counts: the wrapper moves the marker's mtime
+        # while it drops.
+        files = (self.files.stdout, self.files.stderr)
+        markers = tuple(capped_marker(f) for f in files)
+        return (*(_size(f) for f in files), *(_mtime_ns(m) for m in markers))
+
+
+class _LostRun(LocalRun):
+    """A run recorded before runs had a wrapper: nothing can say how it ended."""
+
+    async def wait(self) -> RunEnd:
+        return RunEnd(
+            how="lost",
+            code=None,
+            ended_at_ms=self._clock(),
+            reason="recorded before runs had an exit record",
+        )
+
+
+class LocalSite(Site):
+    def __init__(self, executor: LocalExecutor) -> None:
+        self.executor = executor
+
+    async def call(
+        self,
+        step: Callable[Concatenate[Tools, P], Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        return await step(self.executor.tools, *args, **kwargs)
+
+    async def call_blocking(
+        self, step: Callable[Concatenate[Tools, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await asyncio.to_thread(step, self.executor.tools, *args, **kwargs)
+
+    async def start(self, request: RunRequest) -> Run:
+        ex = self.executor
+        run = await spawn_detached(
+            request.argv,
+            cwd=request.cwd,
+            env=request.env,
+            files=request.files,
+            store_path=ex.store_path,
+            stream=request.stream,
+            attempt=request.attempt,
+            timeout_s=request.timeout_s,
+            kill_grace_s=request.kill_grace_s,
+            clock=ex.clock,
+            launcher=ex.launcher,
+        )
+        return LocalRun(run, ex.clock, ex.observer, ex.node)
+
+    async def attach(self, started: RunStarted, run_dir: str) -> Run:
+        ex = self.executor
+        files = RunFiles(
+            run_dir=run_dir,
+            stdout=started.stdout_path or "",
+            stderr=started.stderr_path or "",
+            cap_bytes=started.output_cap_bytes,
+        )
+        run = DetachedRun.adopt(
+            pid=started.pid,
+            start_ticks=started.process_start_ticks,
+            files=files,
+            started_at_ms=started.started_at_ms,
+            deadline_ms=started.deadline_ms,
+            kill_grace_s=started.kill_grace_s,
+        )
+        if started.exit_file is None:
+            ticks = started.process_start_ticks
+            if ticks is not None and groups.process_identity_matches(started.pid, ticks):
+                await groups.kill_group(started.pgid, started.kill_grace_s)
+            return _LostRun(run, ex.clock, ex.observer, ex.node)
+        return LocalRun(run, ex.clock, ex.observer, ex.node)
+
+
+class LocalExecutor(Executor):
+    """Cells on this machine. ``store_path``: the log an orphaned wrapper consults;
+    ``tools``: what the daemon lends its steps (prepared checkouts)."""
+
+    kind = "local"
+
+    def __init__(
+        self,
+        *,
+        store_path: Path,
+        tools: Tools | None = None,
+        clock: Clock = system_clock,
+        inotify: bool = True,
+        node: str | None = None,
+    ) -> None:
+        self.store_path = store_path
+        self.tools = tools if tools is not None else Tools()
+        self.clock = clock
+        self.node = node
+        self.launcher = WrapperLauncher()
+        self.observer: BaseObserver | None = None
+        self._inotify = inotify
+        self._site = LocalSite(self)
+
+    async def start(self) -> None:
+        """Start the shared watchdog observer (one inotify instance and thread)."""
+        if self._inotify and self.observer is None:
+            self.observer = await asyncio.to_thread(start_observer, "ingestion")
+
+    async def site(self, cell_id: str, attempt: int) -> Site:
+        return self._site
+
+    async def done_with(self, cell_id: str, attempt: int) -> None:
+        return None
+
+    async def close(self) -> None:
+        observer, self.observer = self.observer, None
+        try:
+            if observer is not None:
+                await asyncio.to_thread(stop_observer, observer)
+        finally:
+            await self.launcher.close()
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
