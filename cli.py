@@ -1,6 +1,6 @@
-"""The `arenad` command line: wiring only. Each command calls one function in
-arenad.app (or a module behind it), prints the result, and turns user errors into
-one line on stderr and exit status 2."""
+"""The `arenad` command line: wiring only. Each command calls one function of arenad.app
+(the one door: nothing else of arenad is imported here), prints the result, and turns
+user errors into one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -15,9 +15,16 @@ import msgspec
 import typer
 
 from arenad import app as services
-from arenad.app.views import history_lines, recorded_to_json, status_table
-from arenad.errors import ArenadError, StoreError, UserError
-from arenad.home import Home, resolve_home
+from arenad.app import (
+    ArenadError,
+    Home,
+    StoreError,
+    UserError,
+    history_lines,
+    recorded_to_json,
+    resolve_home,
+    status_table,
+)
 
 T = TypeVar("T")
 
@@ -182,9 +189,7 @@ def rebuild() -> None:
 def submit(
     campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
 ) -> None:
-    from arenad.app.submit import submit_campaign
-
-    result = run(submit_campaign(_ctx.home, campaign))
+    result = run(services.submit_campaign(_ctx.home, campaign))
     typer.echo(
         f"campaign {result.campaign}: {len(result.added)} cell(s) submitted,"
         f" {result.already} already known"
@@ -237,23 +242,19 @@ def daemon(
         typer.Option(help="Claude Code's projects dir (default ~/.claude/projects)."),
     ] = None,
 ) -> None:
-    from arenad.cell.retry import RetryPolicy
-    from arenad.daemon.daemon import DaemonOptions, run_daemon
-    from arenad.logs import setup_logging
-
-    setup_logging()
-    options = DaemonOptions(
+    services.setup_logging()
+    options = services.DaemonOptions(
         max_parallel=max_parallel,
         until_idle=until_idle,
         hang_after_s=hang_after,
         hang_abort=hang_abort,
         leave_running=leave_running,
         drain_timeout_s=drain_timeout,
-        retry=RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
+        retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,
         claude_projects_dir=claude_projects_dir,
     )
-    raise typer.Exit(run(run_daemon(_ctx.home, options)))
+    raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
 
 
 @command(
@@ -264,9 +265,7 @@ def abort(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
 ) -> None:
-    from arenad.app.control import abort_cell
-
-    state = run(abort_cell(_ctx.home, cell, reason))
+    state = run(services.abort_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: abort requested (state {state.status})")
 
 
@@ -278,33 +277,25 @@ def retry(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
 ) -> None:
-    from arenad.app.control import retry_cell
-
-    state = run(retry_cell(_ctx.home, cell, reason))
+    state = run(services.retry_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: attempt {state.attempt} submitted")
 
 
 @command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
 def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
-    from arenad.app.control import pause_cell
-
-    run(pause_cell(_ctx.home, cell))
+    run(services.pause_cell(_ctx.home, cell))
     typer.echo(f"{cell}: paused")
 
 
 @command("Resume a paused cell.", "arenad resume demo:bug-1:SOLO:0")
 def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
-    from arenad.app.control import resume_cell
-
-    run(resume_cell(_ctx.home, cell))
+    run(services.resume_cell(_ctx.home, cell))
     typer.echo(f"{cell}: resumed")
 
 
 @command("Change how many cells a running daemon runs at once.", "arenad set-max-parallel 8")
 def set_max_parallel(value: Annotated[int, typer.Argument(help="Cells at once.")]) -> None:
-    from arenad.app.control import set_max_parallel as set_value
-
-    run(set_value(_ctx.home, value))
+    run(services.set_max_parallel(_ctx.home, value))
     typer.echo(f"max-parallel set to {value}")
 
 
@@ -318,11 +309,8 @@ def demo(
     ] = None,
     reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
 ) -> None:
-    from arenad.app.demo import run_demo
-    from arenad.logs import setup_logging
-
-    setup_logging()
-    result = run(run_demo(_ctx.home, opencode, reps))
+    services.setup_logging()
+    result = run(services.run_demo(_ctx.home, opencode, reps))
     summary = run(services.status(_ctx.home, result.campaign))
     typer.echo(status_table(summary["count_list"], summary["cells"]))
     typer.echo(f"\ncampaign file: {result.campaign_file}")
@@ -340,13 +328,11 @@ def scripted_model(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
 ) -> None:
-    from arenad.scripted_model.server import serve
-
     def ready(bound: int) -> None:
         typer.echo(f"scripted model listening on http://{host}:{bound}/v1", err=True)
 
     try:
-        serve(script, host, port, ready)
+        services.serve_scripted_model(script, host, port, ready)
     except UserError as exc:
         fail(str(exc))
 
@@ -362,11 +348,8 @@ def project_ledger(
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="The ledger's run_id.")] = None,
 ) -> None:
-    from arenad.ledger.project import stats_json
-    from arenad.ledger.service import project_ledger as project
-
-    stats = run(project(_ctx.home, out, cell or [], run_id))
-    typer.echo(stats_json(stats))
+    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id))
+    typer.echo(services.stats_json(stats))
 
 
 @command(
@@ -377,9 +360,7 @@ def record_verdict(
     cell: Annotated[str, typer.Argument(help="The cell id.")],
     verdict: Annotated[Path, typer.Argument(help="The verdict JSON file.")],
 ) -> None:
-    from arenad.ledger.service import record_verdict as record
-
-    event = run(record(_ctx.home, cell, verdict))
+    event = run(services.record_verdict(_ctx.home, cell, verdict))
     typer.echo(f"verdict recorded for {cell} attempt {event.attempt}")
 
 
@@ -397,10 +378,10 @@ def capture_proposer_shots(
         typer.Option(help="Claude Code's projects dir. Default: ~/.claude/projects"),
     ] = None,
 ) -> None:
-    from arenad.proposer.service import capture_proposer_shots as capture
-
     paths, counts = run(
-        capture(_ctx.home, worktree_root=worktree_root, claude_projects_dir=claude_projects_dir)
+        services.capture_proposer_shots(
+            _ctx.home, worktree_root=worktree_root, claude_projects_dir=claude_projects_dir
+        )
     )
     typer.echo(
         f"{counts.receipts} receipt(s), {counts.transcripts} transcript(s) captured"

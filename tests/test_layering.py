@@ -85,10 +85,108 @@ def assert_governs_something(governed: tuple[str, ...]) -> None:
 
 
 def test_the_parser_sees_every_kind_of_import() -> None:
-    # A guard on the scanner itself: a lazy import inside a function body (cli.py's
-    # commands import their services that way) must be seen.
-    targets = {i.target for i in ALL_IMPORTS if i.module == "cli"}
-    assert {"typer", "arenad.app", "arenad.app.submit"} <= targets
+    # A guard on the scanner itself: a lazy import inside a function body and one under
+    # ``if TYPE_CHECKING`` must be seen.
+    lazy = {i.target for i in ALL_IMPORTS if i.module == "arenad.arms.base"}
+    assert "arenad.recovery.capture" in lazy
+    typing_only = {i.target for i in ALL_IMPORTS if i.module == "arenad.app"}
+    assert "arenad.daemon.daemon" in typing_only
+
+
+def test_the_cli_has_one_door() -> None:
+    # cli.py is wiring: everything of arenad it uses comes through arenad.app.
+    ours = {
+        i.target.partition(".")[0] + "." + i.target.split(".")[1]
+        for i in ALL_IMPORTS
+        if i.module == "cli" and i.target.startswith("arenad.")
+    }
+    assert ours == {"arenad.app"}
+
+
+def test_only_the_cli_imports_the_application_layer() -> None:
+    found = [
+        str(imp)
+        for imp in ALL_IMPORTS
+        if imp.module != "cli"
+        and not within(imp.module, ("arenad.app",))
+        and within(imp.target, ("arenad.app",))
+    ]
+    assert found == []
+
+
+def _module_of(target: str) -> str | None:
+    """The project module an import target names (``a.b.name`` -> ``a.b``)."""
+    while target:
+        if target in MODULE_SET:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+MODULE_SET = set(ALL_MODULES)
+
+
+def test_no_import_cycles() -> None:
+    # Every import counts, lazy ones included: a cycle is a design cycle even when it
+    # happens to load. (A package's __init__ importing its own modules is not a cycle of
+    # the modules below it; edges from a module to its own package are left out.)
+    graph: dict[str, set[str]] = {m: set() for m in ALL_MODULES}
+    for imp in ALL_IMPORTS:
+        target = _module_of(imp.target)
+        if target is None or target == imp.module or within(imp.module, (target,)):
+            continue
+        graph[imp.module].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
+
+# What each package sits on. A lower layer never imports a higher one.
+LOWER_MUST_NOT_IMPORT: dict[str, tuple[str, ...]] = {
+    # Process groups, the wrapper and the executors know runs, not cells or arms.
+    "arenad.runs": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    "arenad.verdict": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    "arenad.sandbox": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.runs"),
+    "arenad.materialize": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    "arenad.ingest": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    "arenad.recovery": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    "arenad.arms": ("arenad.daemon", "arenad.ledger"),
+    "arenad.readmodels": ("arenad.daemon", "arenad.arms", "arenad.ledger"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(LOWER_MUST_NOT_IMPORT))
+def test_lower_layers_do_not_import_higher_ones(package: str) -> None:
+    assert_governs_something((package,))
+    assert violations((package,), LOWER_MUST_NOT_IMPORT[package]) == []
 
 
 def test_events_import_only_msgspec_the_stdlib_and_events() -> None:

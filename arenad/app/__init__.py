@@ -1,23 +1,125 @@
-"""The application layer: one function per command; the CLI imports only this package."""
+"""The application layer: the one door the CLI imports, one function per command.
 
-from arenad.app.log import (
-    events,
-    history,
-    init_home,
-    list_migrations,
-    migrate,
-    rebuild,
-    status,
-    verify_log,
-)
+Services open the store, do one thing and return data; ``cli.py`` prints it. What sits
+behind a service (the daemon, the ledger, the scripted model) is imported when the
+service is first used, so a quick command (``status``) does not pay for loading the
+daemon: names resolve lazily through :func:`__getattr__` (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arenad.app.control import (
+        abort_cell,
+        pause_cell,
+        resume_cell,
+        retry_cell,
+        set_max_parallel,
+    )
+    from arenad.app.demo import run_demo
+    from arenad.app.log import (
+        events,
+        history,
+        init_home,
+        list_migrations,
+        migrate,
+        rebuild,
+        status,
+        verify_log,
+    )
+    from arenad.app.submit import submit_campaign
+    from arenad.app.views import history_lines, recorded_to_json, status_table
+    from arenad.cell.retry import RetryPolicy
+    from arenad.daemon.daemon import DaemonOptions, run_daemon
+    from arenad.errors import ArenadError, StoreError, UserError
+    from arenad.home import Home, resolve_home
+    from arenad.ledger.project import stats_json
+    from arenad.ledger.service import project_ledger, record_verdict
+    from arenad.logs import setup_logging
+    from arenad.proposer.service import capture_proposer_shots
+    from arenad.scripted_model.server import serve as serve_scripted_model
+
+# name -> (module, attribute)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    **{
+        name: ("arenad.app.control", name)
+        for name in ("abort_cell", "pause_cell", "resume_cell", "retry_cell", "set_max_parallel")
+    },
+    **{
+        name: ("arenad.app.log", name)
+        for name in (
+            "events",
+            "history",
+            "init_home",
+            "list_migrations",
+            "migrate",
+            "rebuild",
+            "status",
+            "verify_log",
+        )
+    },
+    **{
+        name: ("arenad.app.views", name)
+        for name in ("history_lines", "recorded_to_json", "status_table")
+    },
+    **{name: ("arenad.errors", name) for name in ("ArenadError", "StoreError", "UserError")},
+    **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
+    **{name: ("arenad.ledger.service", name) for name in ("project_ledger", "record_verdict")},
+    "run_demo": ("arenad.app.demo", "run_demo"),
+    "submit_campaign": ("arenad.app.submit", "submit_campaign"),
+    "RetryPolicy": ("arenad.cell.retry", "RetryPolicy"),
+    "DaemonOptions": ("arenad.daemon.daemon", "DaemonOptions"),
+    "run_daemon": ("arenad.daemon.daemon", "run_daemon"),
+    "stats_json": ("arenad.ledger.project", "stats_json"),
+    "setup_logging": ("arenad.logs", "setup_logging"),
+    "capture_proposer_shots": ("arenad.proposer.service", "capture_proposer_shots"),
+    "serve_scripted_model": ("arenad.scripted_model.server", "serve"),
+}
 
 __all__ = [
+    "ArenadError",
+    "DaemonOptions",
+    "Home",
+    "RetryPolicy",
+    "StoreError",
+    "UserError",
+    "abort_cell",
+    "capture_proposer_shots",
     "events",
     "history",
+    "history_lines",
     "init_home",
     "list_migrations",
     "migrate",
+    "pause_cell",
+    "project_ledger",
     "rebuild",
+    "record_verdict",
+    "recorded_to_json",
+    "resolve_home",
+    "resume_cell",
+    "retry_cell",
+    "run_daemon",
+    "run_demo",
+    "serve_scripted_model",
+    "set_max_parallel",
+    "setup_logging",
+    "stats_json",
     "status",
+    "status_table",
+    "submit_campaign",
     "verify_log",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'arenad.app' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # once resolved, a plain attribute
+    return value

@@ -1,0 +1,70 @@
+"""The cells read port: the SQLite read model and a fold over any store answer alike."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from arenad.home import Home, open_store
+from arenad.readmodels.view import CellsView, FoldedCellsView, SqliteCellsView
+from arenad.store.base import EventStore
+from arenad.store.memory import InMemoryEventStore
+from events.cell import CellFailed, CellPaused, CellSubmitted
+from events.streams import cell_stream
+from tests.events.samples import make_spec
+
+
+async def _fill(store: EventStore) -> None:
+    for i in range(4):
+        for rep in (1, 0):
+            spec = make_spec(instance_id=f"i{i}", rep=rep)
+            await store.append(cell_stream(spec.cell_id), 0, [CellSubmitted(spec=spec)])
+    failed = make_spec(instance_id="i1", rep=0).cell_id
+    await store.append(
+        cell_stream(failed),
+        1,
+        [CellFailed(attempt=1, stage="x", error="e", classification="infrastructure")],
+    )
+    await store.append(cell_stream(make_spec(instance_id="i2", rep=1).cell_id), 1, [CellPaused()])
+
+
+@pytest.fixture(params=["sqlite", "folded-sqlite", "folded-memory"])
+async def view(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[CellsView]:
+    if request.param == "folded-memory":
+        memory = InMemoryEventStore()
+        await _fill(memory)
+        yield FoldedCellsView(memory)
+        return
+    async with open_store(Home(tmp_path), create=True) as store:
+        await _fill(store)
+        yield SqliteCellsView(store) if request.param == "sqlite" else FoldedCellsView(store)
+
+
+async def test_counts(view: CellsView) -> None:
+    assert await view.counts() == [("failed", 1), ("submitted", 7)]
+
+
+async def test_runnable_is_oldest_first_excluding_terminal_and_paused(view: CellsView) -> None:
+    runnable = [cell for cell, _ in await view.runnable()]
+    assert make_spec(instance_id="i1", rep=0).cell_id not in runnable
+    assert make_spec(instance_id="i2", rep=1).cell_id not in runnable
+    assert len(runnable) == 6
+    first = runnable[0]
+    assert [c for c, _ in await view.runnable(exclude=[first], limit=2)] == runnable[1:3]
+
+
+async def test_rows_are_ordered_by_campaign_instance_arm_and_rep(view: CellsView) -> None:
+    rows = await view.rows()
+    assert [(r["instance_id"], r["rep"]) for r in rows] == [
+        (f"i{i}", rep) for i in range(4) for rep in (0, 1)
+    ]
+    assert rows[2]["state"] == "failed" and rows[5]["paused"] == 1
+
+
+async def test_state(view: CellsView) -> None:
+    spec = make_spec(instance_id="i3", rep=1)
+    state = await view.state(spec.cell_id)
+    assert state is not None and state.spec == spec
+    assert await view.state("nope:x:y:0") is None
