@@ -173,7 +173,7 @@ def _matrix(report: Report) -> Grid:
         (row.instance, *(_matrix_cell(row.arms.get(arm)) for arm in arm_names))
         for row in report.instances
     ]
-    return Grid("Instances (resolved reps / decided reps)", ("instance", *arm_names), rows, 1)
+    return Grid("Instances: resolved / decided reps", ("instance", *arm_names), rows, 1)
 
 
 def _matrix_cell(m: MatrixCell | None) -> str:
