@@ -353,6 +353,32 @@ def project_ledger(
 
 
 @command(
+    "Compare arms: resolve rates with 95% intervals, pass@k, cost, paired tests.",
+    "arenad report --campaign demo --html report.html",
+)
+def report(
+    campaign: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--campaign", metavar="NAME", help="Only this campaign (repeatable). Default: all."
+        ),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="FILE", help="Also write the report as one HTML page."),
+    ] = None,
+) -> None:
+    from arenad.report import render, service
+
+    result = run(service.report(_ctx.home, campaign or [], html))
+    if json_:
+        typer.echo(render.json_bytes(result).decode())
+    else:
+        service.print_terminal(result)
+
+
+@command(
     "Record an operator's judge verdict for a cell's current attempt.",
     "arenad record-verdict c1:inst:solo:0 judge.json",
 )

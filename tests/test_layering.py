@@ -325,3 +325,25 @@ def test_the_ledger_does_not_reach_into_the_daemon() -> None:
     # The ledger replays a log any daemon (or none) wrote; it shares the cell's append rules
     # (arenad.cell.writer) with the daemon, not the daemon itself.
     assert violations(("arenad.ledger",), ("arenad.daemon",)) == []
+
+
+# The report has the ledger's shape: pure statistics, projection and rendering (no file,
+# store, clock or random source: its bootstrap brings its own PRNG) behind one I/O edge.
+REPORT_IO_EDGE = "arenad.report.service"
+REPORT_MODULES = [m for m in ALL_MODULES if within(m, ("arenad.report",))]
+
+
+def test_the_report_has_its_io_edge_and_pure_modules() -> None:
+    assert REPORT_IO_EDGE in REPORT_MODULES
+    assert {"arenad.report.stats", "arenad.report.project", "arenad.report.render"} <= set(
+        REPORT_MODULES
+    )
+
+
+@pytest.mark.parametrize("module", [m for m in REPORT_MODULES if m != REPORT_IO_EDGE])
+def test_the_report_is_pure_outside_its_io_edge(module: str) -> None:
+    # Matched exactly: the package's __init__ must not be excused by its edge's imports.
+    impure = [
+        str(imp) for imp in ALL_IMPORTS if imp.module == module and within(imp.target, IMPURE)
+    ]
+    assert impure == []

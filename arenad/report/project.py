@@ -1,0 +1,416 @@
+"""The report as a pure projection of the log: cells' streams in, a ``Report`` out.
+
+Two folds, so memory is bounded by one cell, never the log: ``cell_facts(records)`` turns
+ONE cell's ``cell/<id>`` stream into a small ``CellFacts``; ``build_report(facts)`` turns
+every selected cell's facts into the figures. Neither reads a file, a store, a clock or a
+random source (the bootstrap's PRNG is seeded by a constant); times come from
+``recorded_at_ms``. Everything is sorted, so the same log gives the same bytes.
+
+Decisions (where the issue is silent):
+
+- **A cell's outcome** is read from its *current* attempt (the machine's fold):
+  ``resolved`` / ``unresolved`` once the attempt is verified; ``infra_failed`` when it
+  ended in an infrastructure ``CellFailed`` *before* being verified (a verified attempt
+  whose recovery then failed keeps its verified outcome: only its spend is lost);
+  ``operator_failed`` for an operator's failure before the run (an abort of a queued
+  cell: the agent never ran); ``unresolved`` for an agent-classified failure;
+  ``pending`` otherwise. Earlier attempts (retried away) have no outcome.
+- **Resolved** = the attempt was scored (``CellVerified.scored``) and passed: a judge
+  verdict's ``resolved`` (the latest of the attempt), when it is not null, overrides the
+  verify command's pass/fail, as the ledger's reward does; an unscored run is never
+  resolved, whatever a judge said. An unscored run (timed out, aborted, non-zero exit)
+  is an unresolved outcome: the agent had its chance.
+- **The resolve rate** is resolved / decided, decided = resolved + unresolved cells.
+  Infrastructure and operator failures and pending cells are counted apart and are not
+  in the denominator. Its 95 % interval is Wilson's over the decided cells (reps are
+  treated as independent trials; the paired figures below keep instances as the unit).
+- **pass@k** (k = 1..reps, reps = the most cells the arm has on one instance) averages
+  the unbiased estimator over the instances with at least k decided reps; null when none
+  has.
+- **Spend** counts every attempt that started a run (retried ones too: that money is
+  spent); an attempt that never started cost nothing. A run's cost is the recorded one:
+  for solo and command arms ``spend.cost_usd`` of its ``CellRecovered`` (the captured
+  opencode sessions); for a supervisor, its own whole-tree total (``spend.spent_usd``,
+  else the ``SupervisorOutcome``'s ``spent_usd``), because the captured sessions are only
+  its workers and would undercount it against a solo arm. Totals (``cost_usd``, ``tokens_in``,
+  ``tokens_out``) are null as soon as one run's figure is unknown; the sum of the known
+  figures and the count of unknown runs are given beside them. Tokens are the captured
+  sessions' (for a supervisor, its workers': the driver's tokens are not split in/out).
+  ``mean_cost_usd`` is per run; ``cost_per_resolved`` is the total over resolved cells.
+- **Wall time** (median, p90 by linear interpolation) is over the runs that ended with
+  a known ``wall_s``.
+- **Pairs** (a < b by name) are compared over the instances where both arms have a
+  decided rep, on each instance's resolve fraction (resolved / decided reps): a win when
+  a's is higher, a loss when lower, else a tie. ``mcnemar_p`` is the exact two-sided
+  test on the discordant instances (b = wins, c = losses): with one rep per instance it
+  is exactly McNemar's test; with several it is the sign test on the fractions, which
+  keeps the instance, not the rep, as the independent unit. Null when no instance is
+  discordant. ``diff`` is the mean over those instances of a's fraction minus b's;
+  ``diff_ci95`` the percentile bootstrap over instances (``BOOTSTRAP_RESAMPLES`` draws,
+  seed ``BOOTSTRAP_SEED``).
+- **Arms and instances** are grouped by name across the selected campaigns.
+- **Spend over time**: one point per run as it settled (its ``CellRecovered``, else the
+  ``CellFailed`` that ended it), the arm's cumulative known cost at that recorded time;
+  a run of unknown cost adds nothing and is counted beside it. Sums are ``math.fsum``
+  (exact, so the total does not depend on the order of the cells).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import Literal
+
+import msgspec
+
+from arenad.cell.machine import CellState, fold
+from arenad.report.stats import bootstrap_mean_ci, mcnemar_exact, pass_at_k, quantile, wilson
+from events import cell as ev
+from events.base import Recorded
+
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "ArmReport",
+    "CellFacts",
+    "MatrixCell",
+    "Outcome",
+    "PairReport",
+    "Report",
+    "RunFacts",
+    "SpendPoint",
+    "build_report",
+    "cell_facts",
+]
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0x5EED_A2E4AD
+
+Outcome = Literal["resolved", "unresolved", "infra_failed", "operator_failed", "pending"]
+DECIDED: frozenset[str] = frozenset({"resolved", "unresolved"})
+
+
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt that started an agent run."""
+
+    attempt: int
+    wall_s: float | None
+    cost_usd: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    # When the attempt settled: its CellRecovered, else the CellFailed that ended it;
+    # None while it has not.
+    settled_at_ms: int | None
+
+
+class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
+    cell_id: str
+    campaign: str
+    instance_id: str
+    arm: str
+    arm_kind: str
+    rep: int
+    attempt: int
+    outcome: Outcome
+    scored: bool
+    runs: tuple[RunFacts, ...]
+
+
+class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
+    arm: str
+    kind: str
+    cells: int
+    instances: int
+    reps: int
+    decided: int
+    scored: int
+    resolved: int
+    infra_failed: int
+    operator_failed: int
+    pending: int
+    resolve_rate: float | None
+    ci95: tuple[float, float] | None
+    pass_at_k: dict[str, float | None]
+    runs: int
+    cost_usd: float | None
+    cost_usd_known: float
+    cost_unknown_runs: int
+    mean_cost_usd: float | None
+    cost_per_resolved: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    tokens_in_known: int
+    tokens_out_known: int
+    tokens_unknown_runs: int
+    wall_s_median: float | None
+    wall_s_p90: float | None
+
+
+class PairReport(msgspec.Struct, frozen=True, kw_only=True):
+    a: str
+    b: str
+    instances: int
+    wins: int
+    losses: int
+    ties: int
+    mcnemar_p: float | None
+    diff: float | None
+    diff_ci95: tuple[float, float] | None
+
+
+class MatrixCell(msgspec.Struct, frozen=True, kw_only=True):
+    resolved: int
+    decided: int
+    cells: int
+
+
+class InstanceRow(msgspec.Struct, frozen=True, kw_only=True):
+    instance: str
+    # Arm name -> its reps on this instance; an arm without a cell here is absent.
+    arms: dict[str, MatrixCell]
+
+
+class SpendPoint(msgspec.Struct, frozen=True, kw_only=True):
+    at_ms: int
+    arm: str
+    cost_usd: float
+    unknown_runs: int
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    campaigns: list[str]
+    bootstrap_resamples: int
+    bootstrap_seed: int
+    arms: list[ArmReport]
+    pairs: list[PairReport]
+    instances: list[InstanceRow]
+    spend_over_time: list[SpendPoint]
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+class _Run:
+    def __init__(self) -> None:
+        self.wall_s: float | None = None
+        self.recovered: ev.CellRecovered | None = None
+        self.settled_at_ms: int | None = None
+        self.supervisor: ev.SupervisorOutcome | None = None
+
+
+def _outcome(state: CellState) -> tuple[Outcome, bool]:
+    verified = state.verified
+    if verified is not None:
+        if not verified.scored:
+            return "unresolved", False
+        verdict = state.verdict
+        if verdict is not None and verdict.resolved is not None:
+            return ("resolved" if verdict.resolved else "unresolved"), True
+        return ("resolved" if verified.verify_pass is True else "unresolved"), True
+    failed = state.failed
+    if failed is not None:
+        match failed.classification:
+            case "infrastructure":
+                return "infra_failed", False
+            case "operator":
+                return "operator_failed", False
+            case "agent":
+                return "unresolved", False
+    return "pending", False
+
+
+def _cost(kind: str, run: _Run) -> float | None:
+    spend = run.recovered.spend if run.recovered is not None else None
+    if kind == "supervisor":
+        if spend is not None and spend.spent_usd is not None:
+            return spend.spent_usd
+        return run.supervisor.spent_usd if run.supervisor is not None else None
+    return spend.cost_usd if spend is not None else None
+
+
+def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
+    """One cell's facts from its ``cell/<id>`` stream (None for an empty stream)."""
+    ordered = sorted(records, key=lambda r: r.seq)
+    state = fold(ordered)
+    if state is None:
+        return None
+    runs: dict[int, _Run] = {}
+    for rec in ordered:
+        e = rec.event
+        match e:
+            case ev.RunStarted():
+                runs[e.attempt] = _Run()
+            case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
+                runs[e.attempt].wall_s = e.wall_s
+            case ev.CellRecovered():
+                runs[e.attempt].recovered = e
+                runs[e.attempt].settled_at_ms = rec.recorded_at_ms
+            case ev.CellFailed() if e.attempt in runs:
+                runs[e.attempt].settled_at_ms = rec.recorded_at_ms
+            case ev.SupervisorOutcome():
+                runs[e.attempt].supervisor = e
+    spec = state.spec
+    kind = type(spec.arm).__struct_config__.tag
+    assert isinstance(kind, str)
+    outcome, scored = _outcome(state)
+    return CellFacts(
+        cell_id=state.cell_id,
+        campaign=spec.campaign,
+        instance_id=spec.instance.instance_id,
+        arm=spec.arm.name,
+        arm_kind=kind,
+        rep=spec.rep,
+        attempt=state.attempt,
+        outcome=outcome,
+        scored=scored,
+        runs=tuple(
+            RunFacts(
+                attempt=n,
+                wall_s=run.wall_s,
+                cost_usd=_cost(kind, run),
+                tokens_in=run.recovered.spend.tokens_in if run.recovered else None,
+                tokens_out=run.recovered.spend.tokens_out if run.recovered else None,
+                settled_at_ms=run.settled_at_ms,
+            )
+            for n, run in sorted(runs.items())
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- the figures
+
+
+def _tally(cells: Iterable[CellFacts]) -> MatrixCell:
+    cells = list(cells)
+    return MatrixCell(
+        resolved=sum(c.outcome == "resolved" for c in cells),
+        decided=sum(c.outcome in DECIDED for c in cells),
+        cells=len(cells),
+    )
+
+
+def _ratio(num: float | None, den: float) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) -> ArmReport:
+    tally = _tally(cells)
+    reps = max((m.cells for m in by_instance.values()), default=0)
+    pass_k: dict[str, float | None] = {}
+    for k in range(1, reps + 1):
+        estimates = [
+            pass_at_k(m.decided, m.resolved, k) for m in by_instance.values() if m.decided >= k
+        ]
+        pass_k[str(k)] = sum(estimates) / len(estimates) if estimates else None
+    runs = [r for c in cells for r in c.runs]
+    costs = [r.cost_usd for r in runs if r.cost_usd is not None]
+    cost_unknown = len(runs) - len(costs)
+    cost = math.fsum(costs) if cost_unknown == 0 else None
+    tok_in = [r.tokens_in for r in runs if r.tokens_in is not None]
+    tok_out = [r.tokens_out for r in runs if r.tokens_out is not None]
+    tok_unknown = sum(r.tokens_in is None or r.tokens_out is None for r in runs)
+    walls = [r.wall_s for r in runs if r.wall_s is not None]
+    return ArmReport(
+        arm=name,
+        kind=",".join(sorted({c.arm_kind for c in cells})),
+        cells=len(cells),
+        instances=len(by_instance),
+        reps=reps,
+        decided=tally.decided,
+        scored=sum(c.scored for c in cells),
+        resolved=tally.resolved,
+        infra_failed=sum(c.outcome == "infra_failed" for c in cells),
+        operator_failed=sum(c.outcome == "operator_failed" for c in cells),
+        pending=sum(c.outcome == "pending" for c in cells),
+        resolve_rate=_ratio(tally.resolved, tally.decided),
+        ci95=wilson(tally.resolved, tally.decided),
+        pass_at_k=pass_k,
+        runs=len(runs),
+        cost_usd=cost,
+        cost_usd_known=math.fsum(costs),
+        cost_unknown_runs=cost_unknown,
+        mean_cost_usd=_ratio(cost, len(runs)),
+        cost_per_resolved=_ratio(cost, tally.resolved),
+        tokens_in=sum(tok_in) if tok_unknown == 0 else None,
+        tokens_out=sum(tok_out) if tok_unknown == 0 else None,
+        tokens_in_known=sum(tok_in),
+        tokens_out_known=sum(tok_out),
+        tokens_unknown_runs=tok_unknown,
+        wall_s_median=quantile(walls, 0.5),
+        wall_s_p90=quantile(walls, 0.9),
+    )
+
+
+def _pair(a: str, b: str, ma: dict[str, MatrixCell], mb: dict[str, MatrixCell]) -> PairReport:
+    common = sorted(i for i in ma.keys() & mb.keys() if ma[i].decided and mb[i].decided)
+    diffs = [ma[i].resolved / ma[i].decided - mb[i].resolved / mb[i].decided for i in common]
+    wins = sum(d > 0 for d in diffs)
+    losses = sum(d < 0 for d in diffs)
+    return PairReport(
+        a=a,
+        b=b,
+        instances=len(common),
+        wins=wins,
+        losses=losses,
+        ties=len(common) - wins - losses,
+        mcnemar_p=mcnemar_exact(wins, losses),
+        diff=sum(diffs) / len(diffs) if diffs else None,
+        diff_ci95=bootstrap_mean_ci(diffs, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+    )
+
+
+def _spend_points(cells: Iterable[CellFacts]) -> list[SpendPoint]:
+    settled = sorted(
+        (r.settled_at_ms, c.arm, c.cell_id, r.attempt, r.cost_usd)
+        for c in cells
+        for r in c.runs
+        if r.settled_at_ms is not None
+    )
+    # Exact running sums, so each point is the correctly rounded total, as fsum gives.
+    known: dict[str, Fraction] = defaultdict(Fraction)
+    unknown: dict[str, int] = defaultdict(int)
+    points = []
+    for at_ms, arm, _cell, _attempt, cost in settled:
+        if cost is None:
+            unknown[arm] += 1
+        else:
+            known[arm] += Fraction(cost)
+        total = float(known[arm])
+        points.append(SpendPoint(at_ms=at_ms, arm=arm, cost_usd=total, unknown_runs=unknown[arm]))
+    return points
+
+
+def build_report(facts: Iterable[CellFacts], campaigns: Sequence[str]) -> Report:
+    """The figures over every given cell (``campaigns``: the selection, for the record)."""
+    cells = sorted(facts, key=lambda c: c.cell_id)
+    by_arm: dict[str, list[CellFacts]] = defaultdict(list)
+    grid: dict[str, dict[str, list[CellFacts]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        by_arm[c.arm].append(c)
+        grid[c.arm][c.instance_id].append(c)
+    matrix = {
+        arm: {iid: _tally(grid[arm][iid]) for iid in sorted(grid[arm])} for arm in sorted(grid)
+    }
+    arm_names = sorted(by_arm)
+    instances = sorted({c.instance_id for c in cells})
+    return Report(
+        campaigns=sorted(set(campaigns)),
+        bootstrap_resamples=BOOTSTRAP_RESAMPLES,
+        bootstrap_seed=BOOTSTRAP_SEED,
+        arms=[_arm(name, by_arm[name], matrix[name]) for name in arm_names],
+        pairs=[
+            _pair(a, b, matrix[a], matrix[b])
+            for i, a in enumerate(arm_names)
+            for b in arm_names[i + 1 :]
+        ],
+        instances=[
+            InstanceRow(
+                instance=iid,
+                arms={arm: matrix[arm][iid] for arm in arm_names if iid in matrix[arm]},
+            )
+            for iid in instances
+        ],
+        spend_over_time=_spend_points(cells),
+    )

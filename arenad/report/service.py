@@ -1,0 +1,85 @@
+"""The report's I/O edge: open the store, read the selected campaigns' cell streams one
+cell at a time, fold them (``arenad.report.project``), and write the HTML page."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from arenad.cell.machine import cell_stream
+from arenad.errors import UserError
+from arenad.home import Home, open_store
+from arenad.report.project import CellFacts, Report, build_report, cell_facts
+from arenad.report.render import html_page, terminal
+from arenad.store.base import EventStore
+
+__all__ = ["print_terminal", "report", "report_store", "write_html"]
+
+CELL_PREFIX = cell_stream("")
+
+
+def _campaign_of(stream: str) -> str:
+    return stream[len(CELL_PREFIX) :].split(":", 1)[0]
+
+
+async def report_store(store: EventStore, campaigns: Sequence[str] = ()) -> Report:
+    """The report over ``campaigns`` (every campaign in the log when empty). A named
+    campaign without a cell is the user's mistake (UserError), not an empty report."""
+    chosen = sorted(set(campaigns))
+    streams: list[str] = []
+    if chosen:
+        for name in chosen:
+            # ':' never occurs in a campaign name, so the prefix selects exactly its cells.
+            found = await store.streams(f"{CELL_PREFIX}{name}:")
+            if not found:
+                raise UserError(f"no such campaign: {name} (see `arenad status`)")
+            streams += found
+    else:
+        streams = await store.streams(CELL_PREFIX)
+        chosen = sorted({_campaign_of(s) for s in streams})
+    facts: list[CellFacts] = []
+    for stream in streams:
+        one = cell_facts(await store.read_stream(stream))
+        if one is not None:
+            facts.append(one)
+    return build_report(facts, chosen)
+
+
+def write_html(path: Path, page: bytes) -> None:
+    """Replace ``path`` with ``page`` (a temporary file renamed over it, so a reader never
+    sees half a page); an unwritable path is the user's mistake."""
+    target = path.expanduser()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), 0o644)
+            out.write(page)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+async def report(home: Home, campaigns: Sequence[str] = (), html: Path | None = None) -> Report:
+    """The report of ``home``'s log; with ``html``, also written there as one page."""
+    async with open_store(home) as store:
+        result = await report_store(store, campaigns)
+    if html is not None:
+        write_html(html, html_page(result))
+    return result
+
+
+def print_terminal(result: Report) -> None:
+    # Off a terminal rich would squeeze the tables into 80 columns; a pipe gets them whole.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(terminal(result))
