@@ -369,13 +369,11 @@ def report(
         typer.Option("--html", metavar="FILE", help="Also write the report as one HTML page."),
     ] = None,
 ) -> None:
-    from arenad.report import render, service
-
-    result = run(service.report(_ctx.home, campaign or [], html))
+    result = run(services.report(_ctx.home, campaign or [], html))
     if json_:
-        typer.echo(render.json_bytes(result).decode())
+        typer.echo(services.report_json(result).decode())
     else:
-        service.print_terminal(result)
+        services.print_report(result)
 
 
 @command(

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from arenad.ledger.service import project_ledger, record_verdict
     from arenad.logs import setup_logging
     from arenad.proposer.service import capture_proposer_shots
+    from arenad.report.render import json_bytes as report_json
+    from arenad.report.service import print_terminal as print_report
+    from arenad.report.service import report
     from arenad.scripted_model.server import serve as serve_scripted_model
 
 # name -> (module, attribute)
@@ -76,6 +79,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "stats_json": ("arenad.ledger.project", "stats_json"),
     "setup_logging": ("arenad.logs", "setup_logging"),
     "capture_proposer_shots": ("arenad.proposer.service", "capture_proposer_shots"),
+    "report": ("arenad.report.service", "report"),
+    "print_report": ("arenad.report.service", "print_terminal"),
+    "report_json": ("arenad.report.render", "json_bytes"),
     "serve_scripted_model": ("arenad.scripted_model.server", "serve"),
 }
 
@@ -95,10 +101,13 @@ __all__ = [
     "list_migrations",
     "migrate",
     "pause_cell",
+    "print_report",
     "project_ledger",
     "rebuild",
     "record_verdict",
     "recorded_to_json",
+    "report",
+    "report_json",
     "resolve_home",
     "resume_cell",
     "retry_cell",

@@ -12,20 +12,19 @@ from pathlib import Path
 
 from rich.console import Console
 
-from arenad.cell.machine import cell_stream
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.report.project import CellFacts, Report, build_report, cell_facts
 from arenad.report.render import html_page, terminal
 from arenad.store.base import EventStore
+from events.streams import CELL as CELL_PREFIX
+from events.streams import cell_of
 
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
 
-CELL_PREFIX = cell_stream("")
-
 
 def _campaign_of(stream: str) -> str:
-    return stream[len(CELL_PREFIX) :].split(":", 1)[0]
+    return cell_of(stream).split(":", 1)[0]
 
 
 async def report_store(store: EventStore, campaigns: Sequence[str] = ()) -> Report:
