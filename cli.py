@@ -188,12 +188,30 @@ def rebuild() -> None:
 )
 def submit(
     campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Validate everything and show what would be created; append nothing."
+        ),
+    ] = False,
 ) -> None:
-    result = run(services.submit_campaign(_ctx.home, campaign))
-    typer.echo(
-        f"campaign {result.campaign}: {len(result.added)} cell(s) submitted,"
-        f" {result.already} already known"
-    )
+    progress = _progress("cells checked" if dry_run else "cells written")
+    result = run(services.submit_campaign(_ctx.home, campaign, dry_run=dry_run, progress=progress))
+    if progress is not None:
+        sys.stderr.write("\r\033[K")
+    typer.echo("\n".join(services.submit_lines(result)))
+
+
+def _progress(what: str) -> Callable[[int, int], None] | None:
+    """A progress line on a terminal's stderr (nothing when it is not one)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        sys.stderr.write(f"\r{done}/{total} {what}")
+        sys.stderr.flush()
+
+    return show
 
 
 @command(

@@ -10,10 +10,18 @@ Every error names the file and the key or row it is about.
     split = "search"                  # search | dev | holdout | canary
     reps = 2
     max_parallel = 4                  # optional cap for this campaign (else the daemon's)
-    instances_file = "instances.jsonl"  # SWE-bench rows, or [[instances]] inline
+    max_cells = 100000                # refuse a campaign expanding to more cells (default)
+    instances_file = "instances.jsonl"  # .jsonl, .json (an array) or .parquet; or [[instances]]
+    instance_ids = ["a__b-1", "c__d-2"] # optional: only these rows (file order is kept)
+    instance_filter = "^django__"     # optional: then only ids this regex matches (re.search)
+    limit = 50                        # optional: then only the first N of what is left
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
     excludes = [...]                  # default: the seed's test-file list
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
+
+    [budget]                          # optional spend cap (USD), checked by the daemon
+    max_usd = 50.0                    # before each cell starts; raise it with set-budget
+    abort_running = false             # true: reaching it also aborts the running cells
 
     [materializer]                    # default: image when an instance names one
     kind = "git"                      # explicit opt-in
@@ -27,22 +35,58 @@ Every error names the file and the key or row it is about.
     name = "SOLO"
     kind = "solo"                     # solo | supervisor | command
     model = "scripted/fixer"
+
+Instance files. ``.jsonl``: one JSON object per line (blank lines skipped). ``.json``: an
+array of objects (a file of JSON lines under a .json name, as ``datasets.to_json`` writes
+it, is read as JSON lines). ``.parquet``: the form benchmark datasets are stored in on the
+Hugging Face hub, read with pyarrow a few hundred rows at a time. Each is read twice, once
+to validate and count, once to write, so memory stays flat whatever the file's size
+(``.json`` is the exception: an array is parsed whole). A bad row is an error naming the
+file and its line (``.jsonl``) or row number (``.json``, ``.parquet``); every row is
+validated, selected or not.
+
+Selection keys apply in this order: ``instance_ids`` (each must exist), then
+``instance_filter``, then ``limit``; a selection that keeps nothing is an error. What was
+selected is recorded in the campaign's ``campaign.submitted`` event.
+
+Limits (checked at submit, before anything is expanded or written; the README has the
+same table):
+
+    what                          limit                      why
+    cells per campaign            max_cells, default 100000  a typo in reps must not
+                                  (raise it in the file)     expand to millions of cells
+    campaign name                 1..128 of [A-Za-z0-9._-]   a directory name
+    instance_id                   1..128 of [A-Za-z0-9._-]   a directory name, and with
+    arm name                      1..64 of [A-Za-z0-9._-]    the arm in <iid>.<arm>.patch
+                                                             .partial: 207 <= 255 bytes
+    timeout_s, verify_timeout_s,  finite, > 0, <= 30 days    a run that ends at once, or
+    judge timeout_s                                          never, is a mistake
+    kill_grace_s                  finite, >= 0, <= 1 day
+    reps, max_parallel, limit,    >= 1
+    max_output_bytes, max_cells
+    [budget] max_usd              finite, > 0
+    instance_filter               a valid Python regex
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import re
 import string
 import tomllib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from arenad.errors import CampaignError
+from arenad.instances import Row, read_rows
 from arenad.materialize.image import default_image_name
+from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -57,11 +101,26 @@ from events.specs import (
     SecretsSpec,
     SoloArm,
     SupervisorArm,
+    cell_id,
 )
 
 PATH_COMPONENT = re.compile(r"^[A-Za-z0-9._-]+$")
 ENV_KNOB = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 DEFAULT_LOOPS_REPO = "~/code/loops"
+
+# The limits of the module docstring's table.
+DEFAULT_MAX_CELLS = 100_000
+# A file name is at most 255 bytes (NAME_MAX). The longest one arenad makes of these names
+# is the patch being written, <iid>.<arm>.patch.partial: 128 + 1 + 64 + 14 = 207 bytes.
+NAME_MAX_BYTES = 255
+MAX_CAMPAIGN_NAME = 128
+MAX_INSTANCE_ID = 128
+MAX_ARM_NAME = 64
+LONGEST_SUFFIX = ".patch.partial"
+MAX_TIMEOUT_S = 30 * 86_400.0
+MAX_GRACE_S = 86_400.0
+# Cell ids shown by a dry run.
+PREVIEW_CELLS = 5
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -137,6 +196,11 @@ class JudgeFile(_Strict, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class BudgetFile(_Strict, frozen=True, kw_only=True):
+    max_usd: float
+    abort_running: bool = False
+
+
 class CampaignFile(_Strict, frozen=True, kw_only=True):
     name: str
     suite: str = "swe-bench-verified"
@@ -144,9 +208,14 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     reps: int = 1
     # This campaign's cap on cells at once; unset, only the daemon's --max-parallel applies.
     max_parallel: int | None = None
+    max_cells: int = DEFAULT_MAX_CELLS
     experiment_id: str | None = None
     instances: list[dict[str, Any]] = []
     instances_file: str | None = None
+    instance_ids: list[str] | None = None
+    instance_filter: str | None = None
+    limit: int | None = None
+    budget: BudgetFile | None = None
     verify_template: str | None = None
     verify_timeout_s: float = 600.0
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
@@ -157,12 +226,55 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     arms: list[ArmFile]
 
 
-class Campaign(msgspec.Struct, frozen=True, kw_only=True):
+class Budget(msgspec.Struct, frozen=True, kw_only=True):
+    max_usd: float
+    abort_running: bool = False
+
+
+# Arm kinds whose runs report what they cost (opencode's stream and store; the
+# supervisor's state.json and journal). A command arm runs anything: its cost is unknown.
+COST_REPORTING_KINDS = frozenset({"solo", "supervisor"})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Campaign:
+    """A validated campaign. Its cells are not held: :meth:`iter_cells` makes them one at a
+    time (reading the instances file again), so a campaign of any size costs the memory of
+    one cell; ``cell_count`` and the preview fields were found by the validating pass."""
+
     name: str
     source_path: str
     spec_sha256: str
     max_parallel: int | None
-    cells: list[CellSpec]
+    budget: Budget | None
+    selection: InstanceSelection
+    reps: int
+    arms: list[ArmSpec]
+    instance_count: int
+    cell_count: int
+    # The first few cell ids, and the distinct verify commands of the first instances.
+    preview_cell_ids: list[str]
+    preview_verify: list[str]
+    _cells: Callable[[], Iterator[CellSpec]] = dataclasses.field(repr=False)
+
+    def iter_cells(self) -> Iterator[CellSpec]:
+        """The campaign's cells in order (instance, arm, rep); raises CampaignError if the
+        instances file changed since it was validated."""
+        return self._cells()
+
+    @property
+    def cells(self) -> list[CellSpec]:
+        """Every cell at once (for small campaigns and tests)."""
+        return list(self.iter_cells())
+
+    @property
+    def arm_kinds(self) -> dict[str, str]:
+        return {a.name: str(type(a).__struct_config__.tag) for a in self.arms}
+
+    @property
+    def cost_unknown_arms(self) -> list[str]:
+        """Arms whose cost cannot be known (their spend never counts against a cap)."""
+        return [n for n, k in self.arm_kinds.items() if k not in COST_REPORTING_KINDS]
 
 
 _INSTANCE_FIELDS = set(InstanceRow.__struct_fields__)
@@ -173,12 +285,30 @@ def _where(exc: msgspec.ValidationError) -> str:
     return str(exc).replace("`$.", "`").replace("`$`", "the top level")
 
 
-def check_path_component(value: str, what: str, where: str) -> None:
+def _shown(value: str) -> str:
+    return repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+
+
+def check_path_component(value: str, what: str, where: str, max_len: int = NAME_MAX_BYTES) -> None:
     if value in (".", "..") or not PATH_COMPONENT.match(value):
         raise CampaignError(
-            f"{where}: {what} {value!r} must match [A-Za-z0-9._-]+ and not be '.' or '..'"
-            " (it becomes a directory name)"
+            f"{where}: {what} {_shown(value)} must match [A-Za-z0-9._-]+ and not be '.' or"
+            " '..' (it becomes a directory name)"
         )
+    if len(value) > max_len:
+        raise CampaignError(
+            f"{where}: {what} {_shown(value)} is longer than {max_len} characters (it becomes"
+            " part of a file name)"
+        )
+
+
+def check_seconds(value: float, what: str, where: str, *, zero_ok: bool = False) -> None:
+    """A finite duration: > 0 (``zero_ok``: >= 0), at most the table's bound."""
+    bound = MAX_GRACE_S if zero_ok else MAX_TIMEOUT_S
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not (math.isfinite(value) and low_ok and value <= bound):
+        need = "a finite number >= 0" if zero_ok else "a finite number > 0"
+        raise CampaignError(f"{where}: {what} = {value} must be {need} and at most {bound:.0f}")
 
 
 def _resolve_path(base: Path, raw: str) -> str:
@@ -188,26 +318,6 @@ def _resolve_path(base: Path, raw: str) -> str:
 
 def _looks_like_url(raw: str) -> bool:
     return "://" in raw or raw.startswith("git@")
-
-
-def _read_rows(path: Path, where: str) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CampaignError(f"{where}: cannot read instances_file {path}: {exc.strerror}") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CampaignError(f"{path}:{n}: not a JSON row ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise CampaignError(f"{path}:{n}: a row must be a JSON object")
-        row["__where__"] = f"{path}:{n}"
-        rows.append(row)
-    return rows
 
 
 def render_verify_template(template: str, row: dict[str, Any], where: str) -> str:
@@ -231,7 +341,6 @@ def render_verify_template(template: str, row: dict[str, Any], where: str) -> st
 
 
 def _instance(row: dict[str, Any], template: str | None, where: str) -> InstanceSpec:
-    where = row.pop("__where__", where)
     known = {k: v for k, v in row.items() if k in _INSTANCE_FIELDS}
     extra = {k: v for k, v in row.items() if k not in _INSTANCE_FIELDS}
     if "verify" in extra and "verify_cmd" not in known:
@@ -240,7 +349,7 @@ def _instance(row: dict[str, Any], template: str | None, where: str) -> Instance
         parsed = msgspec.convert(known, InstanceRow)
     except msgspec.ValidationError as exc:
         raise CampaignError(f"{where}: instance: {_where(exc)}") from None
-    check_path_component(parsed.instance_id, "instance_id", where)
+    check_path_component(parsed.instance_id, "instance_id", where, MAX_INSTANCE_ID)
     verify = parsed.verify_cmd
     if verify is None:
         if template is None:
@@ -287,7 +396,10 @@ def check_argv_placeholders(
 
 
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
-    check_path_component(arm.name, "arm name", where)
+    check_path_component(arm.name, "arm name", where, MAX_ARM_NAME)
+    check_seconds(arm.timeout_s, "timeout_s", where)
+    if not isinstance(arm, SupervisorArmFile):
+        check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
     if isinstance(arm, SoloArmFile):
         return SoloArm(
             name=arm.name,
@@ -323,10 +435,12 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
         cancel_ms = float(cancel)
     except ValueError:
         cancel_ms = float("nan")
-    if not cancel_ms > 0 or cancel_ms == float("inf"):
+    if not (cancel_ms > 0 and cancel_ms / 1000 <= MAX_GRACE_S):
         raise CampaignError(
             f"{where}: arm {arm.name!r}: DRIVER_CANCEL_TIMEOUT_MS must be a positive number"
         )
+    if not (math.isfinite(arm.max_usd) and arm.max_usd > 0):
+        raise CampaignError(f"{where}: max_usd = {arm.max_usd} must be a finite number > 0")
     loops = _resolve_path(base, arm.loops_repo)
     extension = _resolve_path(base, arm.extension_path or f"{loops}/extensions/pi/loops.ts")
     shim = _resolve_path(base, arm.shim_path or f"{loops}/scripts/run-supervisor.mjs")
@@ -381,40 +495,92 @@ def _materializer(
     return MaterializerSpec(kind="image")
 
 
-def load_campaign(path: Path) -> Campaign:
-    """Read and validate a campaign file; raise CampaignError naming what and where."""
-    where = str(path)
+def _decode_toml(raw: bytes, where: str) -> dict[str, Any]:
     try:
-        raw_text = path.read_bytes()
-    except OSError as exc:
-        raise CampaignError(f"cannot read campaign file {path}: {exc.strerror}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise CampaignError(
+            f"{where}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}: {exc.reason})"
+        ) from None
     try:
-        data = tomllib.loads(raw_text.decode())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise CampaignError(f"{where}: not valid TOML: {exc}") from None
-    try:
-        parsed = msgspec.convert(data, CampaignFile)
-    except msgspec.ValidationError as exc:
-        raise CampaignError(f"{where}: {_where(exc)}") from None
-    base = path.resolve().parent
-    check_path_component(parsed.name, "campaign name", where)
+    except RecursionError:
+        raise CampaignError(f"{where}: not valid TOML: nested too deeply") from None
+
+
+def _check_file(parsed: CampaignFile, where: str) -> None:
+    """The campaign's own keys (the rows and arms are checked as they resolve)."""
+    check_path_component(parsed.name, "campaign name", where, MAX_CAMPAIGN_NAME)
     if parsed.reps < 1:
         raise CampaignError(f"{where}: reps must be at least 1")
     if parsed.max_parallel is not None and parsed.max_parallel < 1:
         raise CampaignError(f"{where}: max_parallel must be at least 1")
+    if parsed.max_cells < 1:
+        raise CampaignError(f"{where}: max_cells must be at least 1")
     if parsed.max_output_bytes < 1:
         raise CampaignError(f"{where}: max_output_bytes must be at least 1")
+    if parsed.limit is not None and parsed.limit < 1:
+        raise CampaignError(f"{where}: limit must be at least 1")
+    if parsed.instance_ids is not None and not parsed.instance_ids:
+        raise CampaignError(f"{where}: instance_ids must name at least one instance")
+    check_seconds(parsed.verify_timeout_s, "verify_timeout_s", where)
+    if parsed.judge is not None:
+        check_seconds(parsed.judge.timeout_s, "[judge] timeout_s", where)
+    if parsed.budget is not None:
+        usd = parsed.budget.max_usd
+        if not (math.isfinite(usd) and usd > 0):
+            raise CampaignError(f"{where}: [budget] max_usd = {usd} must be a finite number > 0")
     if not parsed.arms:
         raise CampaignError(f"{where}: a campaign needs at least one [[arms]] entry")
     if parsed.instances and parsed.instances_file:
         raise CampaignError(f"{where}: give instances inline or instances_file, not both")
-    rows = [dict(r, __where__=f"{where}: instances[{i}]") for i, r in enumerate(parsed.instances)]
-    if parsed.instances_file:
-        rows = _read_rows(Path(_resolve_path(base, parsed.instances_file)), where)
-    if not rows:
-        raise CampaignError(f"{where}: no instances (give [[instances]] or instances_file)")
-    instances = [_instance(row, parsed.verify_template, where) for row in rows]
-    _unique([i.instance_id for i in instances], "instance_id", where)
+
+
+def _compile_filter(pattern: str | None, where: str) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except (re.error, RecursionError) as exc:
+        raise CampaignError(f"{where}: instance_filter {pattern!r} is not a regex: {exc}") from None
+
+
+class _Selector:
+    """instance_ids, then instance_filter, then limit: whether each row in turn is kept."""
+
+    def __init__(self, parsed: CampaignFile, where: str) -> None:
+        self.ids = set(parsed.instance_ids) if parsed.instance_ids is not None else None
+        self.pattern = _compile_filter(parsed.instance_filter, where)
+        self.limit = parsed.limit
+        self.kept = 0
+
+    def keep(self, instance_id: str) -> bool:
+        if self.ids is not None and instance_id not in self.ids:
+            return False
+        if self.pattern is not None and not self.pattern.search(instance_id):
+            return False
+        if self.limit is not None and self.kept >= self.limit:
+            return False
+        self.kept += 1
+        return True
+
+
+class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
+    """What every cell shares, resolved once."""
+
+    parsed: CampaignFile
+    base: Path
+    where: str
+    arms: list[ArmSpec]
+    secrets: SecretsSpec | None
+    judge: JudgeSpec | None
+    excludes: list[str]
+
+
+def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
     arms = [_arm(a, base, f"{where}: arms[{n}]") for n, a in enumerate(parsed.arms)]
     _unique([a.name for a in arms], "arm name", where)
     secrets = None
@@ -437,38 +603,175 @@ def load_campaign(path: Path) -> Campaign:
         else None
     )
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
-    if parsed.materializer is not None and parsed.materializer.kind == "image":
-        # Recorded in the spec, so a rerun uses the same image even if the rule changes.
-        instances = [
-            msgspec.structs.replace(i, image=i.image or default_image_name(i.instance_id))
-            for i in instances
-        ]
-    cells = [
-        CellSpec(
-            campaign=parsed.name,
-            suite=parsed.suite,
-            split=parsed.split,
-            instance=instance,
-            arm=arm,
-            rep=rep,
-            materializer=_materializer(parsed.materializer, instance, base, where),
-            secrets=secrets,
-            excludes=excludes,
-            verify_timeout_s=parsed.verify_timeout_s,
-            max_output_bytes=parsed.max_output_bytes,
-            judge=judge,
-            experiment_id=parsed.experiment_id,
+    return _Resolved(
+        parsed=parsed,
+        base=base,
+        where=where,
+        arms=arms,
+        secrets=secrets,
+        judge=judge,
+        excludes=excludes,
+    )
+
+
+def _rows(parsed: CampaignFile, base: Path, where: str) -> Callable[[], Iterable[Row]]:
+    """A fresh pass over the campaign's rows each call."""
+    if parsed.instances_file:
+        path = Path(_resolve_path(base, parsed.instances_file))
+        return lambda: read_rows(path, where)
+    inline = parsed.instances
+    return lambda: ((dict(r), f"{where}: instances[{i}]") for i, r in enumerate(inline))
+
+
+def _instances(r: _Resolved, rows: Iterable[Row], selector: _Selector) -> Iterator[InstanceSpec]:
+    """The selected rows as instances. Every row is validated, selected or not."""
+    parsed = r.parsed
+    for row, where in rows:
+        instance = _instance(row, parsed.verify_template, where)
+        if not selector.keep(instance.instance_id):
+            continue
+        if parsed.materializer is not None and parsed.materializer.kind == "image":
+            # Recorded in the spec, so a rerun uses the same image even if the rule changes.
+            instance = msgspec.structs.replace(
+                instance, image=instance.image or default_image_name(instance.instance_id)
+            )
+        yield instance
+
+
+def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
+    parsed = r.parsed
+    materializer = _materializer(parsed.materializer, instance, r.base, r.where)
+    for arm in r.arms:
+        for rep in range(parsed.reps):
+            yield CellSpec(
+                campaign=parsed.name,
+                suite=parsed.suite,
+                split=parsed.split,
+                instance=instance,
+                arm=arm,
+                rep=rep,
+                materializer=materializer,
+                secrets=r.secrets,
+                excludes=r.excludes,
+                verify_timeout_s=parsed.verify_timeout_s,
+                max_output_bytes=parsed.max_output_bytes,
+                judge=r.judge,
+                experiment_id=parsed.experiment_id,
+            )
+
+
+def load_campaign(path: Path) -> Campaign:
+    """Read and validate a campaign file; raise CampaignError naming what and where.
+
+    One pass over the instances validates every row, applies the selection and counts;
+    the cells are made by a second pass (:meth:`Campaign.iter_cells`), never all held.
+    """
+    where = str(path)
+    try:
+        raw_text = path.read_bytes()
+    except OSError as exc:
+        raise CampaignError(f"cannot read campaign file {path}: {exc.strerror}") from None
+    data = _decode_toml(raw_text, where)
+    try:
+        parsed = msgspec.convert(data, CampaignFile)
+    except msgspec.ValidationError as exc:
+        raise CampaignError(f"{where}: {_where(exc)}") from None
+    base = path.resolve().parent
+    _check_file(parsed, where)
+    resolved = _resolve(parsed, base, where)
+    rows = _rows(parsed, base, where)
+
+    # The validating pass: every row, its id unique; only ids and a digest are kept.
+    seen: set[str] = set()
+    selected = hashlib.sha256()
+    selector = _Selector(parsed, where)
+    found_ids: set[str] = set()
+    total = 0
+    instance_count = 0
+    preview_ids: list[str] = []
+    preview_verify: list[str] = []
+    for row, row_where in rows():
+        total += 1
+        instance = _instance(row, parsed.verify_template, row_where)
+        iid = instance.instance_id
+        if iid in seen:
+            raise CampaignError(f"{row_where}: instance_id {iid!r} appears twice")
+        seen.add(iid)
+        if selector.ids is not None and iid in selector.ids:
+            found_ids.add(iid)
+        if not selector.keep(iid):
+            continue
+        _materializer(parsed.materializer, instance, base, row_where)
+        instance_count += 1
+        selected.update(iid.encode() + b"\0")
+        if len(preview_ids) < PREVIEW_CELLS:
+            preview_ids.append(iid)
+        if len(preview_verify) < 3 and instance.verify_cmd not in preview_verify:
+            preview_verify.append(instance.verify_cmd)
+    del seen
+    if total == 0:
+        raise CampaignError(f"{where}: no instances (give [[instances]] or instances_file)")
+    if parsed.instance_ids is not None:
+        missing = [i for i in dict.fromkeys(parsed.instance_ids) if i not in found_ids]
+        if missing:
+            shown = ", ".join(map(repr, missing[:5])) + (" ..." if len(missing) > 5 else "")
+            raise CampaignError(
+                f"{where}: instance_ids names {len(missing)} instance(s) not in the instances:"
+                f" {shown}"
+            )
+    if instance_count == 0:
+        raise CampaignError(
+            f"{where}: the selection keeps no instance (instance_filter"
+            f" {parsed.instance_filter!r} matched none of {total} row(s))"
         )
-        for instance in instances
-        for arm in arms
+    cell_count = instance_count * len(resolved.arms) * parsed.reps
+    if cell_count > parsed.max_cells:
+        raise CampaignError(
+            f"{where}: the campaign expands to {cell_count} cells ({instance_count}"
+            f" instance(s) x {len(resolved.arms)} arm(s) x {parsed.reps} rep(s)), more than"
+            f" max_cells = {parsed.max_cells}; raise max_cells in the campaign file if that"
+            " is meant"
+        )
+    digest = selected.hexdigest()
+
+    def cells() -> Iterator[CellSpec]:
+        again = hashlib.sha256()
+        for instance in _instances(resolved, rows(), _Selector(parsed, where)):
+            again.update(instance.instance_id.encode() + b"\0")
+            yield from _cells_of(resolved, instance)
+        if again.hexdigest() != digest:
+            raise CampaignError(f"{where}: the instances changed while the campaign was read")
+
+    preview_cells = [
+        cell_id(parsed.name, iid, arm.name, rep)
+        for iid in preview_ids
+        for arm in resolved.arms
         for rep in range(parsed.reps)
-    ]
+    ][:PREVIEW_CELLS]
     return Campaign(
         name=parsed.name,
         source_path=str(path.resolve()),
         spec_sha256=hashlib.sha256(raw_text).hexdigest(),
         max_parallel=parsed.max_parallel,
-        cells=cells,
+        budget=(
+            Budget(max_usd=parsed.budget.max_usd, abort_running=parsed.budget.abort_running)
+            if parsed.budget is not None
+            else None
+        ),
+        selection=InstanceSelection(
+            instance_ids=parsed.instance_ids,
+            instance_filter=parsed.instance_filter,
+            limit=parsed.limit,
+            rows=total,
+            selected=instance_count,
+        ),
+        reps=parsed.reps,
+        arms=resolved.arms,
+        instance_count=instance_count,
+        cell_count=cell_count,
+        preview_cell_ids=preview_cells,
+        preview_verify=preview_verify,
+        _cells=cells,
     )
 
 

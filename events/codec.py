@@ -48,6 +48,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     capture.ProposerShotCaptured,
     capture.ClaudeTranscriptCaptured,
     control.CampaignSubmitted,
+    control.BudgetSet,
+    control.BudgetReached,
     control.DaemonStarted,
     control.DaemonStopped,
     control.MaxParallelChanged,

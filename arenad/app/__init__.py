@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         verify_log,
     )
     from arenad.app.submit import submit_campaign
-    from arenad.app.views import history_lines, recorded_to_json, status_table
+    from arenad.app.views import history_lines, recorded_to_json, status_table, submit_lines
     from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
     from arenad.errors import ArenadError, StoreError, UserError
@@ -66,7 +66,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     },
     **{
         name: ("arenad.app.views", name)
-        for name in ("history_lines", "recorded_to_json", "status_table")
+        for name in ("history_lines", "recorded_to_json", "status_table", "submit_lines")
     },
     **{name: ("arenad.errors", name) for name in ("ArenadError", "StoreError", "UserError")},
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
@@ -120,6 +120,7 @@ __all__ = [
     "status",
     "status_table",
     "submit_campaign",
+    "submit_lines",
     "verify_log",
 ]
 

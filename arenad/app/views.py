@@ -108,3 +108,40 @@ def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any
         for r in table:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(out)
+
+
+def submit_lines(result: Any) -> list[str]:
+    """What `arenad submit` prints (``result``: an :class:`arenad.app.submit.SubmitResult`);
+    a dry run shows what the campaign expands to."""
+    plan = result.plan
+    lines: list[str] = []
+    if result.dry_run:
+        sel = plan.selection
+        picked = [
+            f"instance_ids ({len(sel.instance_ids)})" if sel.instance_ids is not None else "",
+            f"instance_filter {sel.instance_filter!r}" if sel.instance_filter is not None else "",
+            f"limit {sel.limit}" if sel.limit is not None else "",
+        ]
+        how = ", ".join(p for p in picked if p)
+        lines.append(
+            f"dry run: campaign {plan.campaign} expands to {plan.cells} cell(s):"
+            f" {plan.instances} instance(s) of {plan.rows} row(s)"
+            + (f" (selected by {how})" if how else "")
+            + f" x {len(plan.arms)} arm(s) x {plan.reps} rep(s)"
+        )
+        for arm in plan.arms:
+            lines.append(f"  arm {arm.name} ({arm.kind}): {arm.cells} cell(s)")
+        lines.append("  first cells: " + ", ".join(plan.first_cells))
+        for cmd in plan.verify:
+            lines.append(f"  verify: {cmd}")
+        if plan.budget_usd is not None:
+            abort = ", running cells aborted when reached" if plan.abort_running else ""
+            lines.append(f"  budget: ${plan.budget_usd:g}{abort}")
+        lines.append(f"  {result.added} new, {result.already} already known; nothing was appended")
+    else:
+        lines.append(
+            f"campaign {result.campaign}: {result.added} cell(s) submitted,"
+            f" {result.already} already known"
+        )
+    lines += [f"note: {n}" for n in plan.notes]
+    return lines

@@ -44,6 +44,25 @@ async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None
     return decode_state(rows[0][0]) if rows else None
 
 
+async def cell_states(db: aiosqlite.Connection, cell_ids: Sequence[str]) -> dict[str, CellState]:
+    found: dict[str, CellState] = {}
+    for i in range(0, len(cell_ids), 500):
+        chunk = list(cell_ids[i : i + 500])
+        marks = ",".join("?" * len(chunk))
+        for cell_id, blob in await db.execute_fetchall(
+            f"SELECT cell_id, state_json FROM cells WHERE cell_id IN ({marks})", chunk
+        ):
+            found[str(cell_id)] = decode_state(blob)
+    return found
+
+
+async def campaign_state_counts(db: aiosqlite.Connection) -> list[tuple[str, str, int]]:
+    rows = await db.execute_fetchall(
+        "SELECT campaign, state, COUNT(*) FROM cells GROUP BY campaign, state ORDER BY 1, 2"
+    )
+    return [(str(c), str(s), int(n)) for c, s, n in rows]
+
+
 # Literal, not bound parameters: SQLite uses the partial index cells_runnable
 # (migrations/0003) only when the query repeats its WHERE clause term for term.
 RUNNABLE_WHERE = "state NOT IN ('failed', 'recovered') AND paused = 0"

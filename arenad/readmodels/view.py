@@ -44,6 +44,23 @@ class CellsView(abc.ABC):
     async def state(self, cell_id: str) -> CellState | None:
         """The cell's state, or None for a cell never submitted."""
 
+    async def states(self, cell_ids: Sequence[str]) -> dict[str, CellState]:
+        """The states of those of ``cell_ids`` that were submitted (a batch of lookups)."""
+        found = {}
+        for cell_id in cell_ids:
+            state = await self.state(cell_id)
+            if state is not None:
+                found[cell_id] = state
+        return found
+
+    async def campaign_counts(self) -> list[tuple[str, str, int]]:
+        """(campaign, state, number of cells), by campaign then state."""
+        tally: dict[tuple[str, str], int] = {}
+        for row in await self.rows():
+            key = (str(row["campaign"]), str(row["state"]))
+            tally[key] = tally.get(key, 0) + 1
+        return [(c, s, n) for (c, s), n in sorted(tally.items())]
+
 
 class SqliteCellsView(CellsView):
     def __init__(self, store: SqliteEventStore) -> None:
@@ -64,6 +81,12 @@ class SqliteCellsView(CellsView):
 
     async def state(self, cell_id: str) -> CellState | None:
         return await queries.cell_state(self._store.connection, cell_id)
+
+    async def states(self, cell_ids: Sequence[str]) -> dict[str, CellState]:
+        return await queries.cell_states(self._store.connection, cell_ids)
+
+    async def campaign_counts(self) -> list[tuple[str, str, int]]:
+        return await queries.campaign_state_counts(self._store.connection)
 
 
 class FoldedCellsView(CellsView):

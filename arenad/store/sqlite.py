@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
@@ -330,6 +330,47 @@ class SqliteEventStore(EventStore):
         # One list per request, in the caller's order (an empty request gets []).
         by_request = iter(done)
         return [next(by_request) if r.events else [] for r in requests]
+
+    async def append_batches(self, batches: AsyncIterable[Sequence[AppendRequest]]) -> int:
+        """One transaction across every batch: each is encoded, chained, inserted and
+        projected as it arrives (the head row carries the chain from one to the next), and
+        only then dropped; COMMIT after the last, ROLLBACK if anything fails."""
+        async with self._write_lock:
+            try:
+                await self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from exc
+            faults = self._faults
+            tags: set[str] = set()
+            count = wal_bytes = 0
+            try:
+                async for batch in batches:
+                    work = [r for r in batch if r.events]
+                    if not work:
+                        continue
+                    if faults is not None:
+                        tags |= _tags(work)
+                    done, nbytes = await self._append_in_transaction(work)
+                    count += sum(len(d) for d in done)
+                    wal_bytes += nbytes
+                    del done
+                if faults is not None:
+                    faults.before_commit(tags)
+                await self._db.execute("COMMIT")
+                self._count_for_checkpoint(wal_bytes)
+                if faults is not None:
+                    await self._inject(faults.after_commit(tags))
+            except BaseException as exc:
+                await self._rollback()
+                if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
+                    raise ConcurrencyError("(a batch)", None, None) from exc
+                if isinstance(exc, sqlite3.Error):
+                    raise self._translate(exc) from exc
+                raise
+        if count:
+            self._appended.set()
+            self._appended = asyncio.Event()
+        return count
 
     async def _inject(self, action: str | None) -> None:
         if action == "full-after":

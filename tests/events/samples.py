@@ -206,6 +206,13 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         spec_sha256="12" * 32,
         cell_ids=[_cell_id()],
         max_parallel=2,
+        budget_usd=50.0,
+        selection=control.InstanceSelection(instance_filter="^demo", rows=3, selected=1),
+        arm_kinds={"SOLO": "solo"},
+    ),
+    control.BudgetSet: lambda a: control.BudgetSet(max_usd=75.0),
+    control.BudgetReached: lambda a: control.BudgetReached(
+        max_usd=50.0, spent_usd=50.25, unknown_attempts=1, running=2
     ),
     control.DaemonStarted: lambda a: control.DaemonStarted(
         pid=99, hostname="box", max_parallel=2, version="0.1.0"

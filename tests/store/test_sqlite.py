@@ -281,3 +281,17 @@ async def test_many_streams_in_one_batch(store: SqliteEventStore) -> None:
         await store.append_many(again)
     assert caught.value.stream == "s/1100"
     assert await store.last_seq() == 1200
+
+
+async def test_append_batches_chains_every_batch_and_projects_it(
+    store: SqliteEventStore,
+) -> None:
+    # The chain runs on from batch to batch inside the one transaction: verify-log agrees.
+    async def batches() -> AsyncIterator[list[AppendRequest]]:
+        for n in range(5):
+            yield [AppendRequest(f"s/{n}", 0, lines(10 * n, 10 * n + 3))]
+
+    assert await store.append_batches(batches()) == 15
+    await store.append("s/0", 3, lines(99, 100))
+    report = await store.verify_chain()
+    assert report.ok and report.rows == 16
