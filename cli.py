@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -118,9 +119,43 @@ def status(
 ) -> None:
     result = run(services.status(_ctx.home, campaign))
     if json_:
-        typer.echo(_json.encode({"counts": result["counts"], "cells": result["cells"]}).decode())
+        doc = {k: result[k] for k in ("counts", "cells", "campaigns")}
+        typer.echo(_json.encode(doc).decode())
     else:
-        typer.echo(status_table(result["count_list"], result["cells"]))
+        typer.echo(status_table(result["count_list"], result["cells"], result["campaigns"]))
+
+
+@command(
+    "One line per campaign: cells by state, spend and cap, first and last event.",
+    "arenad campaigns --json",
+)
+def campaigns(
+    json_: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+) -> None:
+    figures = run(services.campaigns(_ctx.home))
+    if json_:
+        typer.echo(_json.encode(figures).decode())
+    else:
+        typer.echo(services.campaigns_table(figures))
+
+
+@command(
+    "Change a campaign's spend cap in USD; a running daemon follows it.",
+    "arenad set-budget swe-verified 80",
+)
+def set_budget(
+    campaign: Annotated[str, typer.Argument(help="The campaign's name.")],
+    usd: Annotated[float, typer.Argument(help="The new cap, in USD.")],
+    abort_running: Annotated[
+        bool | None,
+        typer.Option(
+            "--abort-running/--no-abort-running",
+            help="Whether reaching the cap also aborts running cells (default: as it was).",
+        ),
+    ] = None,
+) -> None:
+    budget = run(services.set_budget(_ctx.home, campaign, usd, abort_running))
+    typer.echo(f"campaign {campaign}: spend cap ${budget.cap_usd:g}")
 
 
 @command(
@@ -259,9 +294,19 @@ def daemon(
         str | None,
         typer.Option(help="Claude Code's projects dir (default ~/.claude/projects)."),
     ] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--max-usd",
+            help="A spend cap (USD) on every campaign; a campaign's own lower cap wins.",
+        ),
+    ] = None,
 ) -> None:
+    if max_usd is not None and not (math.isfinite(max_usd) and max_usd > 0):
+        fail(f"--max-usd {max_usd} must be a finite number of USD > 0")
     services.setup_logging()
     options = services.DaemonOptions(
+        max_usd=max_usd,
         max_parallel=max_parallel,
         until_idle=until_idle,
         hang_after_s=hang_after,
@@ -288,15 +333,44 @@ def abort(
 
 
 @command(
-    "Open a new attempt of a finished or failed cell; earlier attempts are kept.",
+    "A new attempt of a failed or finished cell, or of a campaign's (--where).",
     "arenad retry demo:bug-1:SOLO:0",
 )
 def retry(
-    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
+    campaign: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Retry every cell of this campaign that --where picks."),
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(metavar="|".join(services.RETRY_WHERE), help="Which cells (with --campaign)."),
+    ] = None,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="No cell matching is not an error.")
+    ] = False,
 ) -> None:
-    state = run(services.retry_cell(_ctx.home, cell, reason))
-    typer.echo(f"{cell}: attempt {state.attempt} submitted")
+    if campaign is None and where is None:
+        if cell is None:
+            fail("give a cell id, or --campaign NAME --where " + "|".join(services.RETRY_WHERE))
+        assert cell is not None
+        state = run(services.retry_cell(_ctx.home, cell, reason))
+        typer.echo(f"{cell}: attempt {state.attempt} submitted")
+        return
+    if cell is not None or campaign is None or where is None:
+        fail("retry takes a cell id, or --campaign NAME with --where (not both)")
+    assert campaign is not None and where is not None
+    retried = run(
+        services.retry_campaign(
+            _ctx.home,
+            campaign,
+            where,  # type: ignore[arg-type]  # checked against RETRY_WHERE by the service
+            reason,
+            allow_empty=allow_empty,
+        )
+    )
+    typer.echo(f"campaign {campaign}: {len(retried)} cell(s) retried (--where {where})")
 
 
 @command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")

@@ -347,3 +347,13 @@ def test_the_report_is_pure_outside_its_io_edge(module: str) -> None:
         str(imp) for imp in ALL_IMPORTS if imp.module == module and within(imp.target, IMPURE)
     ]
     assert impure == []
+
+
+# The campaign folds: spend and its cap are projections of the log like the ledger's; their
+# I/O half (reading the events they need) is arenad.readmodels.campaigns.
+CAMPAIGN_FOLDS = ("arenad.spend", "arenad.budget")
+
+
+def test_the_spend_and_budget_folds_are_pure() -> None:
+    assert_governs_something(CAMPAIGN_FOLDS)
+    assert violations(CAMPAIGN_FOLDS, IMPURE) == []

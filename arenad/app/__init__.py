@@ -12,10 +12,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from arenad.app.campaigns import campaigns, set_budget
     from arenad.app.control import (
+        RETRY_WHERE,
         abort_cell,
         pause_cell,
         resume_cell,
+        retry_campaign,
         retry_cell,
         set_max_parallel,
     )
@@ -31,7 +34,13 @@ if TYPE_CHECKING:
         verify_log,
     )
     from arenad.app.submit import submit_campaign
-    from arenad.app.views import history_lines, recorded_to_json, status_table, submit_lines
+    from arenad.app.views import (
+        campaigns_table,
+        history_lines,
+        recorded_to_json,
+        status_table,
+        submit_lines,
+    )
     from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
     from arenad.errors import ArenadError, StoreError, UserError
@@ -49,8 +58,18 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, tuple[str, str]] = {
     **{
         name: ("arenad.app.control", name)
-        for name in ("abort_cell", "pause_cell", "resume_cell", "retry_cell", "set_max_parallel")
+        for name in (
+            "RETRY_WHERE",
+            "abort_cell",
+            "pause_cell",
+            "resume_cell",
+            "retry_campaign",
+            "retry_campaign",
+            "retry_cell",
+            "set_max_parallel",
+        )
     },
+    **{name: ("arenad.app.campaigns", name) for name in ("campaigns", "set_budget")},
     **{
         name: ("arenad.app.log", name)
         for name in (
@@ -66,7 +85,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     },
     **{
         name: ("arenad.app.views", name)
-        for name in ("history_lines", "recorded_to_json", "status_table", "submit_lines")
+        for name in (
+            "campaigns_table",
+            "history_lines",
+            "recorded_to_json",
+            "status_table",
+            "submit_lines",
+        )
     },
     **{name: ("arenad.errors", name) for name in ("ArenadError", "StoreError", "UserError")},
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
@@ -86,6 +111,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "RETRY_WHERE",
     "ArenadError",
     "DaemonOptions",
     "Home",
@@ -93,6 +119,8 @@ __all__ = [
     "StoreError",
     "UserError",
     "abort_cell",
+    "campaigns",
+    "campaigns_table",
     "capture_proposer_shots",
     "events",
     "history",
@@ -110,10 +138,12 @@ __all__ = [
     "report_json",
     "resolve_home",
     "resume_cell",
+    "retry_campaign",
     "retry_cell",
     "run_daemon",
     "run_demo",
     "serve_scripted_model",
+    "set_budget",
     "set_max_parallel",
     "setup_logging",
     "stats_json",

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiosqlite
 
+from arenad.app.campaigns import campaign_figures
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
 from arenad.readmodels.view import cells_view
@@ -57,7 +58,9 @@ async def status(home: Home, campaign: str | None = None) -> dict[str, Any]:
         cells = cells_view(store)
         counts = await cells.counts()
         rows = await cells.rows(campaign)
-    return {"counts": dict(counts), "count_list": counts, "cells": rows}
+        # Each campaign's spend against its cap (the spend and budget folds).
+        figures = await campaign_figures(store, campaign)
+    return {"counts": dict(counts), "count_list": counts, "cells": rows, "campaigns": figures}
 
 
 async def history(home: Home, cell_id: str) -> list[Recorded]:

@@ -96,6 +96,9 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     run: ev.RunStarted | None = None
     run_rc: int | None = None
     wall_s: float | None = None
+    # How the current attempt's run ended (kept past verify and recovery, for selecting
+    # cells by it); None: not ended, or folded by an arenad before it was kept.
+    run_end: CellStatus | None = None
     ended_at_ms: int | None = None
     verified: ev.CellVerified | None = None
     recovered: ev.CellRecovered | None = None
@@ -166,10 +169,20 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
             return {"run_dir": event.run_dir, "workspace": event.workspace, "head": event.head}
         case ev.RunStarted():
             return {"run": event}
-        case ev.RunCompleted() | ev.RunTimedOut():
-            return {"run_rc": event.rc, "wall_s": event.wall_s, "ended_at_ms": at_ms}
-        case ev.RunAborted():
-            return {"run_rc": event.rc, "wall_s": event.wall_s, "ended_at_ms": at_ms}
+        case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
+            end = (
+                S.COMPLETED
+                if isinstance(event, ev.RunCompleted)
+                else S.TIMED_OUT
+                if isinstance(event, ev.RunTimedOut)
+                else S.ABORTED
+            )
+            return {
+                "run_rc": event.rc,
+                "wall_s": event.wall_s,
+                "ended_at_ms": at_ms,
+                "run_end": end,
+            }
         case ev.CellVerified():
             return {"verified": event}
         case ev.CellRecovered():
@@ -193,6 +206,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "run": None,
                 "run_rc": None,
                 "wall_s": None,
+                "run_end": None,
                 "ended_at_ms": None,
                 "verified": None,
                 "recovered": None,

@@ -3,7 +3,7 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event
@@ -16,13 +16,23 @@ class IngestSink:
     run's end, in one transaction (:meth:`take_held`): a crash cannot separate the two,
     and a restart that finds neither ingests from the recorded offsets again."""
 
-    def __init__(self, store: EventStore, stream: str, *, hold_close: bool = False) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        stream: str,
+        *,
+        hold_close: bool = False,
+        observer: Callable[[str, Sequence[Event]], None] | None = None,
+    ) -> None:
         self.store = store
         self.stream = stream
         self.version = 0
         self.appended = 0
         self.hold_close = hold_close
         self._held: list[Event] | None = None
+        # Sees every batch as it is recorded (or held): the daemon folds live spend from
+        # it, so nothing re-reads the ingest stream to learn what a run has cost so far.
+        self.observer = observer
 
     async def open(self, *, new: bool = False) -> int:
         """Read the stream's version; ``new``: the caller knows it has no events yet."""
@@ -36,10 +46,12 @@ class IngestSink:
         if self.hold_close and isinstance(events[-1], IngestionClosed):
             self._held = list(events)
             self.appended += len(events)
-            return
-        recorded = await self.store.append(self.stream, self.version, list(events))
-        self.version = recorded[-1].version
-        self.appended += len(recorded)
+        else:
+            recorded = await self.store.append(self.stream, self.version, list(events))
+            self.version = recorded[-1].version
+            self.appended += len(recorded)
+        if self.observer is not None:
+            self.observer(self.stream, events)
 
     @property
     def held_events(self) -> list[Event]:

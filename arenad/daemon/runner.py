@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -77,8 +77,17 @@ class CellRunner:
         cell_id: str,
         clock: Clock,
         executor: Executor,
+        *,
+        may_start: Callable[[], bool] | None = None,
+        on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
     ) -> None:
         self.store = store
+        # Asked before an attempt is materialized and before its run starts: False holds
+        # the cell where it is (a campaign at its spend cap), never a failure.
+        self.may_start = may_start
+        # Sees the attempt's ingested events (recorded before this runner, then live).
+        self.on_ingested = on_ingested
+        self.held = False
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -126,7 +135,9 @@ class CellRunner:
         """
         try:
             state = await self.writer.load()
-            while not (state.terminal or state.paused or self.shutdown or self.pause_requested):
+            while not (
+                state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
+            ):
                 if state.abort_requested and not self.abort.is_set():
                     self.request_abort(state.abort_reason or "operator request")
                 await self.step(state)
@@ -153,6 +164,8 @@ class CellRunner:
                 ]
             )
             return
+        if state.status in (S.SUBMITTED, S.MATERIALIZED) and not self._may_start():
+            return
         match state.status:
             case S.SUBMITTED:
                 if await self._backoff(state):
@@ -172,6 +185,13 @@ class CellRunner:
                 await self.verify(state)
             case S.VERIFIED:
                 await self.recover(state)
+
+    def _may_start(self) -> bool:
+        if self.may_start is None or self.may_start():
+            return True
+        log.info("%s: held (its campaign is at its spend cap); it stays as it is", self.cell_id)
+        self.held = True
+        return False
 
     async def _backoff(self, state: CellState) -> bool:
         """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
@@ -339,9 +359,16 @@ class CellRunner:
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt), hold_close=True)
+        sink = IngestSink(
+            self.store,
+            ingest_stream(self.cell_id, state.attempt),
+            hold_close=True,
+            observer=self.on_ingested,
+        )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
+        if recorded and self.on_ingested is not None:
+            self.on_ingested(sink.stream, [r.event for r in recorded])
         positions = fold_positions(recorded)
         observation: Observation | None = None
         if not positions.closed:
