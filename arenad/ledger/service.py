@@ -132,9 +132,14 @@ async def project_ledger(
 
 def _read_verdict(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 ({exc.reason})") from None
 
 
 async def record_verdict(home: Home, cell_id: str, path: Path) -> JudgeVerdictRecorded:
