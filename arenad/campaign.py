@@ -71,6 +71,7 @@ same table):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -316,6 +317,13 @@ def _resolve_path(base: Path, raw: str) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
+@functools.lru_cache(maxsize=1024)
+def _resolve_source(base: Path, raw: str) -> str:
+    # Every instance of a campaign names the same source, or one of a few: resolving it
+    # (system calls) once per instance was a sixth of a large submit's time.
+    return _resolve_path(base, raw)
+
+
 def _looks_like_url(raw: str) -> bool:
     return "://" in raw or raw.startswith("git@")
 
@@ -490,7 +498,7 @@ def _materializer(
         if not source:
             raise CampaignError(f'{where}: [materializer] kind = "git" needs a source')
         if not _looks_like_url(source):
-            source = _resolve_path(base, source)
+            source = _resolve_source(base, source)
         return MaterializerSpec(kind="git", source=source)
     return MaterializerSpec(kind="image")
 

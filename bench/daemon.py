@@ -90,7 +90,9 @@ def write_campaign(
             'problem_statement = "nothing"',
             'verify_cmd = "true"',
         ]
-    script = f"for i in $(seq {spend_lines}); do echo {shlex.quote(STEP_LINE)}; done"
+    # Braces doubled: argv is a str.format template ({ws} ...).
+    line = shlex.quote(STEP_LINE).replace("{", "{{").replace("}", "}}")
+    script = f"for i in $(seq {spend_lines}); do echo {line}; done"
     # A JSON array of strings is a TOML array of basic strings.
     argv = json.dumps(["bash", "-c", script] if spend_lines else ["true"])
     lines += [
