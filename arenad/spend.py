@@ -4,8 +4,8 @@ Every attempt that started a run costs something; an attempt that never started 
 An attempt's cost is, in this order:
 
 1. recovered (``cell.recovered``): the supervisor's own whole-tree ``spentUsd`` if it
-   reported one, else the agent store's sessions (``spend.cost_usd``), else the sum the
-   run's stream reported (``usage.oc_cost``);
+   reported one, else the agent store's sessions (``spend.cost_usd``, when the store held
+   any), else the sum the run's stream reported (``usage.oc_cost``);
 2. otherwise (running, or ended and not recovered), the live figure: the best lower bound
    the ingested lines give — opencode's ``step_finish`` parts' ``cost`` on the stdout
    stream (``opencode run --format json``), the supervisor journal's ``settled`` workers'
@@ -94,11 +94,18 @@ def _get(obj: object, *keys: str) -> object:
 
 
 def recovered_usd(recovered: ev.CellRecovered) -> float | None:
+    """The recovered figure: the supervisor's whole tree, else the agent store's sessions
+    (a store that holds none knows nothing of this run: a command arm's agent need not be
+    opencode), else what the run's stream reported."""
     spend = recovered.spend
-    for figure in (spend.spent_usd, spend.cost_usd):
-        if figure is not None:
-            return figure
-    return recovered.usage.oc_cost if recovered.usage is not None else None
+    if spend.spent_usd is not None:
+        return spend.spent_usd
+    if spend.cost_usd is not None and spend.sessions:
+        return spend.cost_usd
+    if recovered.usage is not None and recovered.usage.steps:
+        return recovered.usage.oc_cost
+    # Nothing recovered says: the live figure (the attempt's lines) stands, if any.
+    return spend.cost_usd if spend.sessions is not None else None
 
 
 @dataclass(slots=True)
@@ -175,9 +182,13 @@ class SpendFold:
         return sorted(self._totals)
 
     def unrecovered(self) -> list[tuple[str, int]]:
-        """(cell id, attempt) of attempts that started and were not recovered: their cost is
-        in their ingest streams (what a reader feeds next)."""
-        return sorted(key for key, a in self._attempts.items() if a.started and not a.recovered)
+        """(cell id, attempt) of attempts that started and were not recovered (or were, with
+        no figure): their cost is in their ingest streams (what a reader feeds next)."""
+        return sorted(
+            key
+            for key, a in self._attempts.items()
+            if a.started and (not a.recovered or a.recovered_units is None)
+        )
 
     # -- folding ---------------------------------------------------------------------
 

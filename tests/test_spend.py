@@ -54,7 +54,7 @@ def recovered(cell: str, cost: float | None, attempt: int = 1, oc: float | None 
         ev.CellRecovered(
             attempt=attempt,
             store_available=cost is not None,
-            spend=ev.SpendFigures(cost_usd=cost),
+            spend=ev.SpendFigures(sessions=1 if cost is not None else None, cost_usd=cost),
             usage=usage,
         ),
     )
@@ -195,3 +195,28 @@ def test_fold_spend_reads_recorded_events() -> None:
         for n, (stream, event) in enumerate([started("c:i:SOLO:0"), step("c:i:SOLO:0", 0.5, 0)])
     ]
     assert fold_spend(recorded).campaign("c").spent_usd == 0.5
+
+
+def test_a_recovery_that_knows_nothing_leaves_the_live_figure() -> None:
+    # A command arm: no opencode store, and a stream the usage fold found no step in (its
+    # lines had no token counts): the cost its lines reported stands, and a reader that
+    # starts from the log is told to read that attempt's lines.
+    a = "c:i1:CMD:0"
+    nothing = ev.CellRecovered(
+        attempt=1,
+        store_available=False,
+        spend=ev.SpendFigures(),
+        usage=ev.SoloUsage(
+            steps=0, tokens_in=0, tokens_out=0, reasoning=0, cache_w=0, cache_r=0, max_ctx=0,
+            oc_cost=0.0, total_io=0,
+        ),
+    )  # fmt: skip
+    f = fold([submitted("c", {"CMD": "command"}), started(a), step(a, 0.4, 0), ended(a)])
+    f.apply(f"cell/{a}", nothing)
+    assert f.campaign("c").spent_usd == 0.4 and f.campaign("c").unknown_attempts == 0
+    assert f.unrecovered() == [(a, 1)]
+    # A store that held no session knows nothing of the run either.
+    empty_store = ev.SpendFigures(sessions=0, cost_usd=0.0)
+    assert (
+        recovered_usd(ev.CellRecovered(attempt=1, store_available=True, spend=empty_store)) == 0.0
+    )

@@ -272,8 +272,15 @@ class Daemon:
         return cap_in_force(self.budgets.get(campaign), self.options.max_usd)
 
     def _at_cap(self, campaign: str) -> bool:
+        """The spend reached the cap in force, or the log says it did: only a new cap lets
+        the campaign go on (a recovered figure below the live one does not)."""
         cap = self._cap(campaign)
-        return cap is not None and is_reached(self.spend.campaign(campaign).spent_usd, cap[0])
+        if cap is None:
+            return False
+        budget = self.budgets.get(campaign)
+        if budget is not None and budget.reached == cap[0]:
+            return True
+        return is_reached(self.spend.campaign(campaign).spent_usd, cap[0])
 
     def _on_ingested(self, stream: str, events: Sequence[Event]) -> None:
         """A run's ingested batch: its step costs go into the campaign's spend as they are
@@ -295,7 +302,7 @@ class Daemon:
         for name in sorted(names):
             cap = self._cap(name)
             spend = self.spend.campaign(name)
-            if cap is None or not is_reached(spend.spent_usd, cap[0]):
+            if cap is None or not self._at_cap(name):
                 if name in self.held:
                     log.info("%s: under its cap again; its cells start", name)
                 self.held.discard(name)

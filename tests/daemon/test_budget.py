@@ -204,3 +204,73 @@ def test_abort_running_aborts_the_run_that_crossed_the_cap(
         assert [type(e) for e in cells[f"abrt:{iid}:SOLO:0"]] == [ev.CellSubmitted]
     [reached] = [r.event for r in read_all(home.root) if isinstance(r.event, BudgetReached)]
     assert reached.action == "abort" and reached.running == 1
+
+
+# -- without a model: a command arm that prints opencode's step_finish lines ------------
+
+# A step as opencode prints it (argv is a str.format template: braces doubled).
+STEP = (
+    '{{"type":"step_finish","part":{{"type":"step-finish","cost":0.4,'
+    '"tokens":{{"input":1,"output":1,"reasoning":0,"cache":{{"read":0,"write":0}}}}}}}}'
+)
+
+
+def _command_home(tmp_path: Path, argv: list[str], extra: str = "") -> Home:
+    from tests.daemon.support import command_campaign
+
+    home = Home(tmp_path / "home")
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    camp = command_campaign(
+        tmp_path / "cmd.toml",
+        name="cmd",
+        repo=repo,
+        base=base,
+        argv=argv,
+        instances=("i1", "i2", "i3"),
+        extra=extra,
+    )
+
+    async def go() -> None:
+        await init_home(home)
+        await submit_campaign(home, camp)
+
+    asyncio.run(go())
+    return home
+
+
+def test_the_daemons_max_usd_caps_every_campaign(tmp_path: Path) -> None:
+    from events.control import DaemonStarted
+
+    home = _command_home(tmp_path, ["bash", "-c", f"echo '{STEP}'"])
+    options = DaemonOptions(max_parallel=1, until_idle=True, max_usd=0.5)
+    asyncio.run(run_daemon(home, options, dict(os.environ)))
+    cells = _cells(home, "cmd")
+    # 0.4 after the first cell, under 0.5; the second crossed it; the third never started.
+    assert [type(cells[f"cmd:i{n}:CMD:0"][-1]) for n in (1, 2, 3)] == [
+        ev.CellRecovered,
+        ev.CellRecovered,
+        ev.CellSubmitted,
+    ]
+    recorded = read_all(home.root)
+    [reached] = [r.event for r in recorded if isinstance(r.event, BudgetReached)]
+    assert (reached.source, reached.max_usd, reached.spent_usd) == ("daemon", 0.5, 0.8)
+    assert [r.event.max_usd for r in recorded if isinstance(r.event, DaemonStarted)] == [0.5]
+    # Without the daemon's cap the campaign has none: the next daemon runs the last cell.
+    asyncio.run(run_daemon(home, DaemonOptions(until_idle=True), dict(os.environ)))
+    assert isinstance(_cells(home, "cmd")["cmd:i3:CMD:0"][-1], ev.CellRecovered)
+    [figures] = status_json(home.root)["campaigns"]
+    assert figures["spent_usd"] == pytest.approx(1.2) and figures["cap_usd"] is None
+
+
+def test_unknown_cost_is_shown_as_unknown_and_never_reaches_a_cap(tmp_path: Path) -> None:
+    home = _command_home(tmp_path, ["true"], extra="[budget]\nmax_usd = 0.01")
+    asyncio.run(run_daemon(home, DaemonOptions(until_idle=True), dict(os.environ)))
+    cells = _cells(home, "cmd")
+    assert all(isinstance(events[-1], ev.CellRecovered) for events in cells.values())
+    [figures] = status_json(home.root)["campaigns"]
+    assert (figures["spent_usd"], figures["unknown_attempts"], figures["at_cap"]) == (0, 3, False)
+    table = cli(home.root, "status").stdout
+    assert "spend cmd: $0.0000 of $0.01 cap (+ 3 attempt(s) of unknown cost)" in table
+    line = cli(home.root, "campaigns").stdout.splitlines()[1]
+    assert "$0.0000 + 3 unknown" in line and "$0.01" in line
