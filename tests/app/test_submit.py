@@ -229,3 +229,45 @@ def test_submit_shows_progress_on_a_terminal(tmp_path: Path) -> None:
     # Not a terminal: no progress line.
     again = arenad(home, "submit", str(camp))
     assert again.stderr == ""
+
+
+def test_a_changed_budget_is_refused_at_submit_and_set_budget_changes_it(tmp_path: Path) -> None:
+    from arenad.app.campaigns import set_budget
+
+    write_rows(tmp_path / "rows.jsonl", 2)
+    home = Home(tmp_path / "home")
+    first = tmp_path / "first.toml"
+    first.write_text(campaign_text("b", "rows.jsonl", "[budget]\nmax_usd = 5.0"))
+    raised = tmp_path / "raised.toml"
+    raised.write_text(campaign_text("b", "rows.jsonl", "[budget]\nmax_usd = 7.0"))
+    none = tmp_path / "none.toml"
+    none.write_text(campaign_text("b", "rows.jsonl"))
+
+    async def go() -> None:
+        await init_home(home)
+        await submit_campaign(home, first)
+        before = event_rows(home.root)
+        with pytest.raises(UserError, match=r"capped at \$5; change a cap with `arenad set-budget"):
+            await submit_campaign(home, raised)
+        again = await submit_campaign(home, none)  # no opinion on the cap: it stays
+        assert (again.added, again.already) == (0, 4)
+        assert event_rows(home.root) == before
+        budget = await set_budget(home, "b", 7.0)
+        assert budget.cap_usd == 7.0
+        assert (await submit_campaign(home, raised)).already == 4
+        for bad in (0.0, -1.0, float("nan"), float("inf")):
+            with pytest.raises(UserError, match="is not a finite number of USD > 0"):
+                await set_budget(home, "b", bad)
+        with pytest.raises(UserError, match="no campaign 'nope'"):
+            await set_budget(home, "nope", 1.0)
+
+    asyncio.run(go())
+
+
+def test_daemon_max_usd_must_be_a_finite_positive_number(tmp_path: Path) -> None:
+    for bad in ("-1", "nan", "inf", "0"):
+        result = arenad(tmp_path / "home", "daemon", "--max-usd", bad)
+        assert result.returncode == 2, bad
+        assert result.stderr.strip().splitlines() == [
+            f"arenad: --max-usd {float(bad)} must be a finite number of USD > 0"
+        ]
