@@ -209,7 +209,7 @@ class Daemon:
             cell_id = streams.cell_of(r.stream)
             runner = self.runners.get(cell_id)
             if isinstance(e, ev.AbortRequested) and runner is not None:
-                runner.request_abort(e.reason)
+                runner.request_abort(e.reason, operator=True)
             elif isinstance(e, ev.CellPaused) and runner is not None:
                 log.info("%s paused; the step in flight finishes first", cell_id)
                 runner.request_pause()

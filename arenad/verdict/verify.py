@@ -7,7 +7,6 @@ the seed writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abor
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from collections.abc import Mapping
@@ -41,7 +40,6 @@ async def run_verify(
     env: Mapping[str, str] | None = None,
     timeout_s: float = VERIFY_TIMEOUT_S,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
-    abort_event: asyncio.Event | None = None,
 ) -> VerifyResult:
     """Run the verify command; ``env`` (default: ours) is passed with provider secrets removed."""
     base = dict(os.environ if env is None else env)
@@ -57,7 +55,6 @@ async def run_verify(
             kill_grace_s=kill_grace_s,
             stdout_path=log,
             stderr_path=err_path,
-            abort_event=abort_event,
             capture_limit=0,
         )
         with open(log, "ab") as out, open(err_path, "rb") as err:
