@@ -255,7 +255,14 @@ def test_timeout_kills_group_keeps_evidence(
 ) -> None:
     # The second model call waits longer than the arm's ceiling; the edit is already made.
     _home, _repo, _base, recorded = _run(
-        tmp_path, opencode_bin, scripted_model, name="slowc", delay_s=120, timeout_s=20
+        # The ceiling leaves room for opencode to start and make the edit on a loaded
+        # machine (CI runs two test processes on two cores).
+        tmp_path,
+        opencode_bin,
+        scripted_model,
+        name="slowc",
+        delay_s=600,
+        timeout_s=45,
     )
     for iid, (file, src, old, new) in BUGS.items():
         events = _stream(recorded, f"cell/slowc:{iid}:SOLO:0")
