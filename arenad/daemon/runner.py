@@ -51,6 +51,8 @@ from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
+from arenad.verdict.patch import PatchResult
+from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
@@ -484,7 +486,8 @@ class CellRunner:
                 verify_rc=verdict.rc,
                 verify_pass=verdict.passed,
                 verify_log=str(verify_log),
-            )
+            ),
+            *_captured(state.attempt, patch, verdict),
         ]
         if spec.judge is not None:
             # In the same append: a crash re-runs verify and the judge together, so an
@@ -562,6 +565,16 @@ class _IngestedReader:
             held = self.sink.held_events if self.sink is not None else []
             self._events = [*await self.store.read_stream(self.stream), *held]
         return self._events
+
+
+def _captured(attempt: int, patch: PatchResult, verdict: VerifyResult) -> list[Event]:
+    """What verify saw, bounded, for the log: it outlives the run dir."""
+    out: list[Event] = []
+    if patch.excerpt is not None:
+        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+    if verdict.log_excerpt is not None:
+        out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
+    return out
 
 
 def _output_capped(
