@@ -377,6 +377,30 @@ def report(
 
 
 @command(
+    "Serve a read-only web UI over the log: campaigns live, the report, cells.",
+    "arenad view --port 8686",
+)
+def view(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; not loopback: --token is required.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 8686,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ARENAD_VIEW_TOKEN",
+            help="Every request must carry it (?token= once, or Authorization: Bearer)."
+            " Prefer the environment variable: an argument shows in ps.",
+        ),
+    ] = None,
+) -> None:
+    def ready(url: str) -> None:
+        typer.echo(f"arenad view: serving {url} (read-only; Ctrl-C stops)", err=True)
+
+    run(services.serve_view(_ctx.home, host, port, token, ready))
+
+
+@command(
     "Record an operator's judge verdict for a cell's current attempt.",
     "arenad record-verdict c1:inst:solo:0 judge.json",
 )

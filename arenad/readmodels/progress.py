@@ -160,6 +160,10 @@ class ProgressFold:
         # When cells became terminal (recorded times, in log order): for an ETA.
         self._terminal_at_ms: list[int] = []
 
+    def seen(self, seq: int) -> None:
+        """The log was read up to ``seq`` (events it does not read included)."""
+        self.last_seq = max(self.last_seq, seq)
+
     def apply_all(self, records: Iterable[Recorded]) -> None:
         for r in records:
             self.apply(r)
