@@ -253,6 +253,8 @@ def daemon(
         retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,
         claude_projects_dir=claude_projects_dir,
+        # A live line on a terminal; plain log lines otherwise.
+        progress=sys.stderr.isatty(),
     )
     raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
 
