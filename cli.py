@@ -319,6 +319,8 @@ def demo(
     typer.echo(f"demo repo:     {result.repo}")
     typer.echo(f"artifacts:     {result.artifacts}")
     typer.echo(f"audit trail:   arenad --home {_ctx.home.root} history <cell>")
+    typer.echo(f"the arms compared: arenad --home {_ctx.home.root} report")
+    typer.echo(f"all of it, in a browser: arenad --home {_ctx.home.root} view")
 
 
 @command(

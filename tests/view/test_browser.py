@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +20,7 @@ from arenad.home import Home, open_store
 from arenad.store.base import AppendRequest
 from events import cell as ev
 from events.streams import cell_stream
-from tests.daemon.support import cli
+from tests.daemon.support import CLI, cli
 from tests.events.samples import make_spec
 from tests.view.browser import run_async, view_server
 from tests.view.view_log import (
@@ -227,3 +228,37 @@ def test_the_view_stops_on_sigterm_with_a_page_open(page: Any, home: Path, tmp_p
         # uvicorn shuts down, then lets the signal end the process as it would have.
         assert server.process.wait(timeout=30) == -signal.SIGTERM
         assert "Traceback" not in server.stderr.read_text()
+
+
+@pytest.mark.slow
+def test_the_view_of_a_real_demo_run(page: Any, tmp_path: Path) -> None:
+    # The real opencode CLI against the scripted model: its captured sessions are what
+    # the transcripts are read from, its patches and verify logs what the log keeps.
+    home = tmp_path / "h"
+    demo = subprocess.run(
+        [*CLI, "--home", str(home), "demo"], capture_output=True, text=True, timeout=600
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert f"arenad --home {home} view" in demo.stdout
+    with view_server(home, log=tmp_path / "view.log") as server:
+        page.goto(server.url)
+        page.wait_for_selector("#live-state:text('live')")
+        assert _live(page, "recovered@demo-1") == "4" and _live(page, "failed") == "0"
+        page.screenshot(path=tmp_path / "demo-overview.png", full_page=True)
+        page.click("text=demo-1")
+        cells = page.locator("td a[href^='/cells/']").all_inner_texts()
+        assert len(cells) == 4
+        for cell in cells:
+            page.goto(server.at(f"/cells/{quote(cell, safe='')}"))
+            assert page.locator("pre.diff .d-add").count() == 1
+            assert page.locator("pre.diff .d-del").count() == 1
+            # The demo's check prints nothing when it passes.
+            assert "The verify command printed nothing." in page.locator("main").inner_text()
+            user = page.locator(".msg.role-user pre").first.inner_text()
+            assert user.startswith("[") and "gives wrong answers" in user
+            calls = page.locator(".call b").all_inner_texts()
+            assert calls == ["bash", "bash"], calls
+            assert page.locator(".msg.role-tool").count() == 2
+            assert "ok" in page.locator(".msg.role-tool pre").last.inner_text()
+            assert page.locator("table.lines tbody tr").count() > 0
+            page.screenshot(path=tmp_path / f"demo-{cell.replace(':', '_')}.png", full_page=True)
