@@ -401,6 +401,7 @@ def view(
     def ready(url: str) -> None:
         typer.echo(f"arenad view: serving {url} (read-only; Ctrl-C stops)", err=True)
 
+    services.setup_logging()
     run(services.serve_view(_ctx.home, host, port, token, ready))
 
 

@@ -106,11 +106,16 @@ def _daemon(daemon: DaemonLine | None) -> str:
     return f"no daemon running: {who} stopped {utc(daemon.stopped_at_ms)} ({daemon.stop_reason})"
 
 
-def progress_values(progress: Progress) -> dict[str, str]:
+def progress_values(progress: Progress, error: str | None = None) -> dict[str, str]:
     """Every live figure of the overview by its key (``<figure>@<campaign>``, or
     ``<figure>`` for the totals): the page's first render and each update use these same
-    strings, so an update can only change what the log changed."""
-    values = {"daemon": _daemon(progress.daemon), "seq": str(progress.last_seq)}
+    strings, so an update can only change what the log changed. ``error``: why the view
+    could not read the log just now."""
+    values = {
+        "daemon": _daemon(progress.daemon),
+        "seq": str(progress.last_seq),
+        "error": f"The log could not be read ({error}); retrying." if error else "",
+    }
     for line in [*progress.campaigns, progress.total]:
         at = f"@{line.name}" if line.name else ""
         values[f"cells{at}"] = str(line.cells)
@@ -122,23 +127,23 @@ def progress_values(progress: Progress) -> dict[str, str]:
     return values
 
 
-def progress_event(progress: Progress) -> bytes:
+def progress_event(progress: Progress, error: str | None = None) -> bytes:
     """One server-sent event's data: the campaigns shown and every live figure."""
     return _json.encode(
         {
             "last_seq": progress.last_seq,
             "campaigns": [c.name for c in progress.campaigns],
-            "values": progress_values(progress),
+            "values": progress_values(progress, error),
         }
     )
 
 
-def overview_page(progress: Progress) -> str:
+def overview_page(progress: Progress, error: str | None = None) -> str:
     names = _json.encode([c.name for c in progress.campaigns]).decode()
     return _render(
         "overview.html",
         progress=progress,
-        values=progress_values(progress),
+        values=progress_values(progress, error),
         states=STATES,
         names_json=names,
     )

@@ -77,6 +77,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 POLL_S = 0.5
 MIN_UPDATE_S = 0.2
 KEEPALIVE_S = 15.0
+RETRY_S = 2.0
 
 
 def token_cookie_value(token: str) -> str:
@@ -96,6 +97,8 @@ class Follower:
         self.fold = ProgressFold()
         self.version = 0
         self.closed = False
+        # Why the last read of the log failed (None: it did not).
+        self.error: str | None = None
         self.ready = asyncio.Event()
         self._changed = asyncio.Event()
 
@@ -106,12 +109,26 @@ class Follower:
     async def run(self, store: EventStore) -> None:
         position = 0
         while True:
-            head = await store.last_seq()
-            async for batch in store.read_batches(position, tags=PROGRESS_TAGS):
-                self.fold.apply_all(batch)
+            try:
+                head = await store.last_seq()
+                async for batch in store.read_batches(position, tags=PROGRESS_TAGS):
+                    self.fold.apply_all(batch)
+            except Exception as exc:
+                # A read that failed (a locked or damaged store) is said on the page and
+                # tried again; the figures shown are those of the last good read.
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.error:
+                    log.warning("the view could not read the log: %s", error)
+                    self.error = error
+                    self.version += 1
+                    self._announce()
+                self.ready.set()
+                await asyncio.sleep(RETRY_S)
+                continue
             self.fold.seen(head)
-            if self.fold.last_seq > position or not self.ready.is_set():
+            if self.fold.last_seq > position or not self.ready.is_set() or self.error:
                 position = self.fold.last_seq
+                self.error = None
                 self.version += 1
                 self._announce()
                 self.ready.set()
@@ -265,7 +282,7 @@ def build_app(home: Home, *, token: str | None = None, loopback: bool = True) ->
 
     async def overview(request: Request) -> Response:
         await follower.ready.wait()
-        return HTMLResponse(overview_page(follower.fold.snapshot()))
+        return HTMLResponse(overview_page(follower.fold.snapshot(), follower.error))
 
     async def events(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
@@ -280,7 +297,9 @@ def build_app(home: Home, *, token: str | None = None, loopback: bool = True) ->
                     return
                 seen = follower.version
                 yield (
-                    b"event: progress\ndata: " + progress_event(follower.fold.snapshot()) + b"\n\n"
+                    b"event: progress\ndata: "
+                    + progress_event(follower.fold.snapshot(), follower.error)
+                    + b"\n\n"
                 )
 
         return StreamingResponse(

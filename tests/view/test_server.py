@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
 
+from arenad.errors import StoreError
 from arenad.home import Home, open_store
 from arenad.report.render import HTML_PAGE_CSP, html_page
 from arenad.report.service import report_store
+from arenad.store.memory import InMemoryEventStore
+from arenad.view import server
+from arenad.view.pages import overview_page
 from arenad.view.server import CSP, TOKEN_COOKIE, build_app, token_cookie_value
+from events import cell as ev
+from events.base import Recorded
+from tests.events.samples import make_spec
 from tests.view.view_log import XSS_CELL, build_view_log
 
 LOCAL = "http://127.0.0.1:8686"
@@ -100,3 +109,44 @@ def test_with_a_token_every_request_carries_it(home: Path) -> None:
         c.cookies.clear()
         c.cookies.set(TOKEN_COOKIE, "0" * 64)
         assert c.get("/").status_code == 401
+
+
+class _FlakyStore(InMemoryEventStore):
+    """A real in-memory store whose reads fail while ``failing`` is set (a locked disk)."""
+
+    failing = True
+
+    async def read_batches(  # type: ignore[override]
+        self, after_seq: int = 0, batch_size: int = 2000, tags: Any = None
+    ) -> AsyncIterator[list[Recorded]]:
+        if self.failing:
+            raise StoreError("database is locked")
+        async for batch in super().read_batches(after_seq, batch_size, tags):
+            yield batch
+
+
+async def test_a_failed_read_is_on_the_page_and_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(server, "RETRY_S", 0.01)
+    store = _FlakyStore()
+    spec = make_spec(campaign="flaky")
+    await store.append(f"cell/{spec.cell_id}", 0, [ev.CellSubmitted(spec=spec)])
+    follower = server.Follower(poll_s=0.01)
+    task = asyncio.create_task(follower.run(store))
+    try:
+        await asyncio.wait_for(follower.ready.wait(), 10)
+        assert follower.error == "StoreError: database is locked"
+        page = overview_page(follower.fold.snapshot(), follower.error)
+        assert "The log could not be read (StoreError: database is locked); retrying." in page
+        store.failing = False
+        deadline = asyncio.get_running_loop().time() + 10
+        while follower.error is not None:
+            assert asyncio.get_running_loop().time() < deadline, "the follower never recovered"
+            await follower.wait(follower.version, 1.0)
+        assert [c.name for c in follower.fold.snapshot().campaigns] == ["flaky"]
+    finally:
+        follower.close()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
