@@ -486,8 +486,7 @@ class CellRunner:
                 verify_rc=verdict.rc,
                 verify_pass=verdict.passed,
                 verify_log=str(verify_log),
-            ),
-            *_captured(state.attempt, patch, verdict),
+            )
         ]
         if spec.judge is not None:
             # In the same append: a crash re-runs verify and the judge together, so an
@@ -502,6 +501,7 @@ class CellRunner:
                     ctx.env,
                 )
             )
+        events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
             await self.writer.append(events)
             return
