@@ -53,6 +53,8 @@ from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
 from arenad.verdict.judge import no_verdict
+from arenad.verdict.patch import PatchResult
+from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
@@ -524,6 +526,7 @@ class CellRunner:
                 if judged is not None
                 else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
             )
+        events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
             await self.writer.append(events)
             return
@@ -602,6 +605,17 @@ class _IngestedReader:
             held = self.sink.held_events if self.sink is not None else []
             self._events = [*await self.store.read_stream(self.stream), *held]
         return self._events
+
+
+def _captured(attempt: int, patch: PatchResult, verdict: VerifyResult | None) -> list[Event]:
+    """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
+    left no result to capture)."""
+    out: list[Event] = []
+    if patch.excerpt is not None:
+        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+    if verdict is not None and verdict.log_excerpt is not None:
+        out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
+    return out
 
 
 def _output_capped(
