@@ -316,6 +316,8 @@ def daemon(
         retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,
         claude_projects_dir=claude_projects_dir,
+        # A live line on a terminal; plain log lines otherwise.
+        progress=sys.stderr.isatty(),
     )
     raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
 
@@ -409,6 +411,8 @@ def demo(
     typer.echo(f"demo repo:     {result.repo}")
     typer.echo(f"artifacts:     {result.artifacts}")
     typer.echo(f"audit trail:   arenad --home {_ctx.home.root} history <cell>")
+    typer.echo(f"the arms compared: arenad --home {_ctx.home.root} report")
+    typer.echo(f"all of it, in a browser: arenad --home {_ctx.home.root} view")
 
 
 @command(
@@ -466,6 +470,31 @@ def report(
         typer.echo(services.report_json(result).decode())
     else:
         services.print_report(result)
+
+
+@command(
+    "Serve a read-only web UI over the log: campaigns live, the report, cells.",
+    "arenad view --port 8686",
+)
+def view(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; not loopback: --token is required.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 8686,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ARENAD_VIEW_TOKEN",
+            help="Every request must carry it (?token= once, or Authorization: Bearer)."
+            " Prefer the environment variable: an argument shows in ps.",
+        ),
+    ] = None,
+) -> None:
+    def ready(url: str) -> None:
+        typer.echo(f"arenad view: serving {url} (read-only; Ctrl-C stops)", err=True)
+
+    services.setup_logging()
+    run(services.serve_view(_ctx.home, host, port, token, ready))
 
 
 @command(

@@ -52,10 +52,6 @@ class Home(msgspec.Struct, frozen=True):
             / f"{instance_id}.{arm.lower()}.patch"
         )
 
-    @property
-    def proposer_shots(self) -> Path:
-        return self.root / "proposer-shots"
-
 
 def resolve_home(option: str | None) -> Home:
     raw = option or os.environ.get("ARENAD_HOME") or "./arenad-home"

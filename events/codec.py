@@ -37,6 +37,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     cell.HangDetected,
     cell.RunOutputCapped,
     cell.JudgeVerdictRecorded,
+    cell.PatchCaptured,
+    cell.VerifyLogCaptured,
     ingest.LineIngested,
     ingest.LineMalformed,
     ingest.FileTruncated,

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from arenad.report.service import print_terminal as print_report
     from arenad.report.service import report
     from arenad.scripted_model.server import serve as serve_scripted_model
+    from arenad.view.service import serve_view
 
 # name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
@@ -108,6 +109,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "print_report": ("arenad.report.service", "print_terminal"),
     "report_json": ("arenad.report.render", "json_bytes"),
     "serve_scripted_model": ("arenad.scripted_model.server", "serve"),
+    "serve_view": ("arenad.view.service", "serve_view"),
 }
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "run_daemon",
     "run_demo",
     "serve_scripted_model",
+    "serve_view",
     "set_budget",
     "set_max_parallel",
     "setup_logging",

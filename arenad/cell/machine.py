@@ -75,6 +75,9 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     "cell.supervisor-outcome": RUN_ENDED,
     "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
+    # What verify saw (the patch, the log's end), appended right after the CellVerified.
+    "cell.patch-captured": frozenset({S.VERIFIED}),
+    "cell.verify-log-captured": frozenset({S.VERIFIED}),
 }
 
 

@@ -42,6 +42,7 @@ from arenad.budget import CampaignBudget, apply_budget, cap_in_force, is_reached
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon.lease import DaemonLease
+from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
 from arenad.errors import ArenadError, StoreUnwritable
 from arenad.home import Home, open_store
@@ -108,6 +109,8 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     # Code's projects dir (default ~/.claude/projects).
     proposer_worktree_root: str | None = None
     claude_projects_dir: str | None = None
+    # On a terminal: one live line (cells by state, running, spend, ETA) under the logs.
+    progress: bool = False
 
 
 class DaemonFatal(ArenadError):
@@ -246,7 +249,7 @@ class Daemon:
             cell_id = streams.cell_of(r.stream)
             runner = self.runners.get(cell_id)
             if isinstance(e, ev.AbortRequested) and runner is not None:
-                runner.request_abort(e.reason)
+                runner.request_abort(e.reason, operator=True)
             elif isinstance(e, ev.CellPaused) and runner is not None:
                 log.info("%s paused; the step in flight finishes first", cell_id)
                 runner.request_pause()
@@ -418,6 +421,8 @@ class Daemon:
             stack.push_async_callback(asyncio.to_thread, self.templates.clear)
             await self._start_proposer_capture(stack)
             self._side_task(stack, self._follow_control(start_seq), "control follower")
+            if self.options.progress:
+                await start_live_line(stack, self.store, self.clock, lambda: self.max_parallel)
             # Registered last, so it runs first: the cells wind down before their tools go.
             stack.push_async_callback(self._drain)
             await self._schedule(executor)

@@ -26,16 +26,17 @@ not happen (a running agent is the exception, and it is adopted, not redone).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
-from arenad.arms import Arm, ArmContext, arm_for, before_start_step, prepare_step
+from arenad.arms import Arm, ArmContext, Outcome, arm_for, before_start_step, prepare_step
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
@@ -51,9 +52,14 @@ from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
+from arenad.verdict.judge import no_verdict
+from arenad.verdict.patch import PatchResult
+from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
+
+T = TypeVar("T")
 
 log = logging.getLogger("arenad.cell")
 
@@ -102,11 +108,17 @@ class CellRunner:
         self.pause_requested = False
         self._materialized_here = False
         self._wake = asyncio.Event()
+        # Set by an operator's abort: a verify or judge in flight is cancelled.
+        self._operator_abort = asyncio.Event()
 
-    def request_abort(self, reason: str) -> None:
+    def request_abort(self, reason: str, *, operator: bool = False) -> None:
+        """End the run in flight (or keep one from starting). An operator's abort also
+        interrupts a verify or judge in flight; a daemon's shutdown lets those finish."""
         self.abort_reason = reason
         self.abort.set()
         self._wake.set()
+        if operator:
+            self._operator_abort.set()
         if self.run_in_flight is not None:
             self.run_in_flight.abort(reason)
 
@@ -139,7 +151,7 @@ class CellRunner:
                 state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
             ):
                 if state.abort_requested and not self.abort.is_set():
-                    self.request_abort(state.abort_reason or "operator request")
+                    self.request_abort(state.abort_reason or "operator request", operator=True)
                 await self.step(state)
                 after = self.writer.state
                 # A step that recorded nothing (a backoff cut short) re-reads the log.
@@ -472,6 +484,9 @@ class CellRunner:
                 self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
     async def verify(self, state: CellState) -> None:
+        # An abort that came before this step was the run's (it ended the run); only one
+        # that comes while verify or the judge runs stops them.
+        self._operator_abort.clear()
         ctx = self._context(state)
         spec = state.spec
         site = await self._site(state)
@@ -491,15 +506,22 @@ class CellRunner:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
         verify_log = ctx.run_dir / "verify.log"
-        # Verify runs even when the result does not count: its log is evidence too.
-        verdict = await site.call(
-            steps.verify_step,
-            spec.instance.verify_cmd,
-            str(ctx.workspace),
-            str(verify_log),
-            ctx.env,
-            spec.verify_timeout_s,
+        # Verify runs even when the result does not count: its log is evidence too. An
+        # operator's abort stops it: it never passes then, and the result does not count.
+        verdict = await self._unless_aborted(
+            site.call(
+                steps.verify_step,
+                spec.instance.verify_cmd,
+                str(ctx.workspace),
+                str(verify_log),
+                ctx.env,
+                spec.verify_timeout_s,
+            )
         )
+        if verdict is None:
+            outcome = Outcome(
+                scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
+            )
         events: list[Event] = [
             ev.CellVerified(
                 attempt=state.attempt,
@@ -508,16 +530,16 @@ class CellRunner:
                 patch_path=str(patch_path),
                 patch_lines=patch.lines,
                 patch_sha256=patch.sha256,
-                verify_rc=verdict.rc,
-                verify_pass=verdict.passed,
+                verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
+                verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
             )
         ]
         if spec.judge is not None:
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
-            events.append(
-                await site.call(
+            judged = await self._unless_aborted(
+                site.call(
                     steps.judge_step,
                     spec.judge,
                     state.attempt,
@@ -526,6 +548,12 @@ class CellRunner:
                     ctx.env,
                 )
             )
+            events.append(
+                judged
+                if judged is not None
+                else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
+            )
+        events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
             await self.writer.append(events)
             return
@@ -539,6 +567,21 @@ class CellRunner:
             raise
         state = await self.writer.append([*events, recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
+
+    async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
+        """The step's result, or None when an operator's abort came first (the step is
+        cancelled, which ends what it started)."""
+        task = asyncio.ensure_future(step)
+        aborted = asyncio.ensure_future(self._operator_abort.wait())
+        try:
+            await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return None if task.cancelled() else task.result()
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
@@ -589,6 +632,17 @@ class _IngestedReader:
             held = self.sink.held_events if self.sink is not None else []
             self._events = [*await self.store.read_stream(self.stream), *held]
         return self._events
+
+
+def _captured(attempt: int, patch: PatchResult, verdict: VerifyResult | None) -> list[Event]:
+    """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
+    left no result to capture)."""
+    out: list[Event] = []
+    if patch.excerpt is not None:
+        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+    if verdict is not None and verdict.log_excerpt is not None:
+        out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
+    return out
 
 
 def _output_capped(

@@ -28,7 +28,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -43,6 +42,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from arenad.ingest.live import LiveLoop
 from arenad.ingest.offsets import (
     FileKey,
     IngestPosition,
@@ -293,8 +293,10 @@ class _Root:
     watched: bool = False
 
 
-class RunDirWatcher:
+class RunDirWatcher(LiveLoop):
     """Tails the selected files of some roots into ``sink``; see the module docstring."""
+
+    task_name = "arenad-ingest-watcher"
 
     def __init__(
         self,
@@ -315,6 +317,7 @@ class RunDirWatcher:
         """``observer``: a started watchdog observer shared with other watchers (a daemon
         watching many runs); this watcher schedules its roots on it and unschedules them
         on close. Without one it starts (and stops) an observer of its own."""
+        super().__init__()
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate source names: {names}")
@@ -343,14 +346,10 @@ class RunDirWatcher:
         self._shared_observer = observer
         self._watches: list[ObservedWatch] = []
         self._handler = _Waker(self._notify_threadsafe)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
         self._wake_requested = False
         self._rescan_requested = False
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = False
-        self._failure: BaseException | None = None
+        # Every file drained to its end and IngestionClosed delivered.
+        self._drained = False
         self.stats = IngestStats()
 
     # -- public --------------------------------------------------------------------
@@ -361,88 +360,35 @@ class RunDirWatcher:
         files = dict(self._initial.files)
         for key, tailer in self._tailers.items():
             files[key] = tailer.committed
-        return Positions(files=files, closed=self._closed)
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The sink's error that stopped the watcher, if any."""
-        return self._failure
+        return Positions(files=files, closed=self._drained)
 
     @property
     def files(self) -> dict[FileKey, Mode]:
         """The files found so far and their modes."""
         return {key: t.mode for key, t in self._tailers.items()}
 
-    async def start(self) -> None:
-        """Start watching (returns at once; ingestion runs in a background task)."""
-        if self._task is not None or self._closing:
-            raise RuntimeError("watcher already started")
-        self._loop = asyncio.get_running_loop()
-        if self._use_inotify and self._shared_observer is not None:
-            self._observer = self._shared_observer
-        elif self._use_inotify:
-            self._observer = start_observer("ingestion")
-        self._task = asyncio.create_task(self._run(), name="arenad-ingest-watcher")
-        self._task.add_done_callback(self._task_done)
-
-    async def close(self) -> Positions:
+    async def close(self) -> Positions:  # type: ignore[override]  # it also returns them
         """Drain every file to its end and emit IngestionClosed; returns final positions.
 
         Trailing unterminated lines are ingested flagged ``partial``. Re-raises the
         sink's error if one stopped the watcher (or occurs while draining).
         """
-        if self._closed:
-            return self.positions
-        self._closing = True
-        self._wake.set()
-        try:
-            if self._task is not None:
-                with contextlib.suppress(Exception):
-                    await self._task
-            await self._stop_observer()
-            if self._failure is not None:
-                raise self._failure
-            await self._final_drain()
-        finally:
-            for tailer in self._order:
-                tailer.close()
-        self._closed = True
+        await super().close()
         return self.positions
 
-    async def wait(self) -> None:
-        """Until the watcher stops: returns after :meth:`close`, raises the sink's error."""
-        if self._task is None:
-            raise RuntimeError("watcher not started")
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._task)
-        if self._failure is not None:
-            raise self._failure
+    async def _on_start(self) -> None:
+        if self._use_inotify and self._shared_observer is not None:
+            self._observer = self._shared_observer
+        elif self._use_inotify:
+            self._observer = start_observer("ingestion")
 
-    async def abort(self) -> None:
-        """Stop at once without draining or emitting anything (like a crash would)."""
-        self._closing = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        await self._stop_observer()
+    async def _final_pass(self) -> None:
+        await self._final_drain()
+        self._drained = True
+
+    async def _release(self) -> None:
         for tailer in self._order:
             tailer.close()
-
-    async def __aenter__(self) -> RunDirWatcher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.close()
-        else:
-            await self.abort()
 
     # -- the loop ------------------------------------------------------------------
 
@@ -455,15 +401,7 @@ class RunDirWatcher:
         if self._wake_requested:
             return
         self._wake_requested = True
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # loop closed
-                loop.call_soon_threadsafe(self._wake.set)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self._failure = task.exception()
-            log.error("ingestion stopped: the sink raised %r", self._failure)
+        self._poke()
 
     async def _run(self) -> None:
         # Idle, the watcher sleeps until watchdog reports a change (or the next
@@ -620,7 +558,7 @@ class RunDirWatcher:
 
         await asyncio.to_thread(unschedule)
 
-    async def _stop_observer(self) -> None:
+    async def _stop_watching(self) -> None:
         await self._unschedule_own()
         observer, self._observer = self._observer, None
         if observer is None or observer is self._shared_observer:

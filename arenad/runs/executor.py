@@ -146,7 +146,10 @@ class Site(abc.ABC):
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """Run an async step at the site: ``await step(tools, *args, **kwargs)``."""
+        """Run an async step at the site: ``await step(tools, *args, **kwargs)``.
+
+        Cancelling the call cancels the step, and ends whatever processes it started (a
+        short command's whole group is killed): how an operator's abort stops a verify."""
 
     @abc.abstractmethod
     async def call_blocking(

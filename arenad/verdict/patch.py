@@ -3,7 +3,8 @@
 ``git -C ws add -A`` then ``git -C ws diff --cached <base> -- . <excludes…>
 ':(exclude,glob).loops/**' ':(exclude,glob)**/.loops/**'`` — test files and the supervisor's
 own ``.loops`` state never reach the patch. The diff goes straight to the patch file (no
-in-memory cap); its line count follows the seed's patchLineCount.
+in-memory cap); its line count follows the seed's patchLineCount. Its head (up to
+``keep_bytes``) comes back with it, for the log (:mod:`arenad.verdict.excerpt`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import msgspec
 
 from arenad.runs.commands import run_ok
+from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
+from events.cell import TextExcerpt
 
 GIT_TIMEOUT_S = 120.0
 LOOPS_EXCLUDES: tuple[str, ...] = (":(exclude,glob).loops/**", ":(exclude,glob)**/.loops/**")
@@ -26,6 +29,8 @@ class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
     lines: int
     sha256: str
     bytes: int
+    # The patch's first bytes, with its whole size and sha256 (None: not asked for).
+    excerpt: TextExcerpt | None = None
 
 
 def exclude_pathspec(pattern: str) -> str:
@@ -64,6 +69,7 @@ async def extract_patch(
     *,
     git: str = "git",
     timeout_s: float = GIT_TIMEOUT_S,
+    keep_bytes: int = PATCH_KEEP_BYTES,
 ) -> PatchResult:
     """Write the workspace's patch against ``base`` to ``out_path`` (atomically)."""
     w = os.fspath(ws)
@@ -84,4 +90,5 @@ async def extract_patch(
         lines=patch_line_count(data),
         sha256=hashlib.sha256(data).hexdigest(),
         bytes=len(data),
+        excerpt=head_excerpt(data, keep_bytes),
     )

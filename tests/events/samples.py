@@ -148,6 +148,21 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         resolved=True,
         score=1.0,
     ),
+    cell.PatchCaptured: lambda a: cell.PatchCaptured(
+        attempt=a,
+        patch=cell.TextExcerpt(
+            text="diff --git a/add.py b/add.py\n-    return a - b\n+    return a + b\n",
+            kept_bytes=66,
+            size=66,
+            sha256="cd" * 32,
+        ),
+    ),
+    cell.VerifyLogCaptured: lambda a: cell.VerifyLogCaptured(
+        attempt=a,
+        log=cell.TextExcerpt(
+            text="1 passed in 0.01s\n", kept_bytes=18, size=4114, sha256="ef" * 32, cut="tail"
+        ),
+    ),
     ingest.LineIngested: lambda a: ingest.LineIngested(
         source="stdout",
         path="stdout.jsonl",

@@ -20,6 +20,7 @@ from arenad.store.sqlite import SqliteEventStore
 from events import capture as cap
 from events import cell as ev
 from events.base import Event
+from tests.conftest import DemoRun
 from tests.events.samples import make_spec
 
 T0 = 1_700_000_000_000
@@ -272,8 +273,10 @@ def test_cell_filter(log: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_ledger_survives_rebuild_and_deleted_campaigns(tmp_path: Path) -> None:
-    home = tmp_path / "h"
+def test_demo_ledger_survives_rebuild_and_deleted_campaigns(
+    tmp_path: Path, demo_run: DemoRun
+) -> None:
+    home = demo_run.copy(tmp_path / "h")
     exe = [str(Path(sys.executable).parent / "arenad"), "--home", str(home)]
 
     def arenad(*args: str) -> str:
@@ -281,7 +284,6 @@ def test_demo_ledger_survives_rebuild_and_deleted_campaigns(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    arenad("demo")
     first = tmp_path / "1.jsonl"
     stats = json.loads(arenad("project-ledger", str(first)))
     assert stats["lines"] >= 1
