@@ -3,16 +3,18 @@
 Every attempt that started a run costs something; an attempt that never started costs 0.
 An attempt's cost is, in this order:
 
-1. recovered (``cell.recovered``): the supervisor's own whole-tree ``spentUsd`` if it
-   reported one, else the agent store's sessions (``spend.cost_usd``, when the store held
-   any), else the sum the run's stream reported (``usage.oc_cost``);
+1. recovered (``cell.recovered``): :func:`arenad.cell.spend.run_cost`, the rule the report
+   and the live progress count by (the agent store's sessions; a supervisor's own
+   whole-tree total) — so the cap, the report and the view agree. A recovery whose rule
+   says unknown (a command arm, a store that could not be read) is unknown, whatever the
+   stream said while it ran;
 2. otherwise (running, or ended and not recovered), the live figure: the best lower bound
    the ingested lines give — opencode's ``step_finish`` parts' ``cost`` on the stdout
    stream (``opencode run --format json``), the supervisor journal's ``settled`` workers'
    ``spent.usd``, and state.json's ``result.spentUsd`` (the whole tree), whichever is
    largest;
-3. unknown, when neither exists and the arm cannot report cost (a command arm whose output
-   carries no cost). Unknown is counted apart (``unknown_attempts``), never as 0.
+3. unknown, when the arm cannot report cost (a command arm whose output carries none) or
+   its recovery could not say. Unknown is counted apart (``unknown_attempts``), never as 0.
 
 A campaign's spend is the sum over its attempts, retries included (a retried cell was paid
 for twice). Sums are kept in integer pico-dollars, so the fold is exact and the same
@@ -32,6 +34,7 @@ from typing import Literal
 
 import msgspec
 
+from arenad.cell.spend import run_cost
 from events import cell as ev
 from events.base import Event, Recorded
 from events.control import CampaignSubmitted
@@ -50,6 +53,7 @@ SPEND_TAGS = frozenset(
         "run.aborted",
         "cell.recovered",
         "cell.failed",
+        "cell.supervisor-outcome",
     }
 )
 # The ingest kinds that can carry a cost (LineIngested.kind: the JSON's "type" or "kind").
@@ -93,21 +97,6 @@ def _get(obj: object, *keys: str) -> object:
     return obj
 
 
-def recovered_usd(recovered: ev.CellRecovered) -> float | None:
-    """The recovered figure: the supervisor's whole tree, else the agent store's sessions
-    (a store that holds none knows nothing of this run: a command arm's agent need not be
-    opencode), else what the run's stream reported."""
-    spend = recovered.spend
-    if spend.spent_usd is not None:
-        return spend.spent_usd
-    if spend.cost_usd is not None and spend.sessions:
-        return spend.cost_usd
-    if recovered.usage is not None and recovered.usage.steps:
-        return recovered.usage.oc_cost
-    # Nothing recovered says: the live figure (the attempt's lines) stands, if any.
-    return spend.cost_usd if spend.sessions is not None else None
-
-
 @dataclass(slots=True)
 class _Attempt:
     campaign: str
@@ -116,6 +105,7 @@ class _Attempt:
     ended: bool = False
     recovered: bool = False
     recovered_units: int | None = None
+    supervisor: ev.SupervisorOutcome | None = None
     stream_units: int = 0
     journal_units: int = 0
     state_units: int | None = None
@@ -182,13 +172,9 @@ class SpendFold:
         return sorted(self._totals)
 
     def unrecovered(self) -> list[tuple[str, int]]:
-        """(cell id, attempt) of attempts that started and were not recovered (or were, with
-        no figure): their cost is in their ingest streams (what a reader feeds next)."""
-        return sorted(
-            key
-            for key, a in self._attempts.items()
-            if a.started and (not a.recovered or a.recovered_units is None)
-        )
+        """(cell id, attempt) of attempts that started and were not recovered: their cost is
+        in their ingest streams (what a reader feeds next)."""
+        return sorted(key for key, a in self._attempts.items() if a.started and not a.recovered)
 
     # -- folding ---------------------------------------------------------------------
 
@@ -230,7 +216,9 @@ class SpendFold:
         running = a.started and not a.ended
         if not a.started and not a.cost_seen:
             return 0, "none", False
-        if a.recovered_units is not None:
+        if a.recovered:
+            if a.recovered_units is None:
+                return 0, "unknown", running
             return a.recovered_units, "recovered", running
         live_known = a.cost_seen or self._arm_kinds.get((a.campaign, a.arm)) in REPORTING_KINDS
         if not live_known:
@@ -242,7 +230,12 @@ class SpendFold:
         if key in self._done:
             return None
         if key not in self._attempts and not isinstance(
-            event, ev.RunStarted | ev.CellRecovered | LineIngested | FileSnapshotted
+            event,
+            ev.RunStarted
+            | ev.CellRecovered
+            | ev.SupervisorOutcome
+            | LineIngested
+            | FileSnapshotted,
         ):
             return None  # the end of an attempt that never started costs nothing
         a = self._attempt(cell_id, attempt)
@@ -254,7 +247,7 @@ class SpendFold:
             t = self._totals[a.campaign]
             _add(t, before, -1)
             _add(t, after, 1)
-        if a.recovered and a.recovered_units is not None:
+        if a.recovered:  # its share is final
             del self._attempts[key]
             self._done.add(key)
         return a.campaign
@@ -276,9 +269,15 @@ class SpendFold:
                 if a.recovered:
                     return False
                 a.recovered = a.ended = True
-                figure = recovered_usd(event)
+                kind = self._arm_kinds.get((a.campaign, a.arm))
+                if kind is None:  # a campaign recorded before its arms' kinds were
+                    kind = "supervisor" if event.spend.worker_cwds is not None else "solo"
+                figure = run_cost(kind, event, a.supervisor)
                 a.recovered_units = units(figure) if figure is not None else None
                 return True
+            case ev.SupervisorOutcome():
+                a.supervisor = event
+                return False
             case LineIngested():
                 return self._line(a, event)
             case FileSnapshotted():

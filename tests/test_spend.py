@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from arenad.spend import SpendFold, fold_spend, recovered_usd
+from arenad.spend import SpendFold, fold_spend
 from events import cell as ev
 from events.base import Event
 from events.control import CampaignSubmitted
@@ -131,12 +131,25 @@ def test_an_attempt_that_never_started_costs_nothing() -> None:
     assert f.campaign("c").attempts == 0 and f.campaigns() == []
 
 
-def test_the_recovered_figure_prefers_the_whole_tree_then_the_store_then_the_stream() -> None:
-    spend = ev.SpendFigures(cost_usd=0.2, spent_usd=0.5)
-    assert recovered_usd(ev.CellRecovered(attempt=1, store_available=True, spend=spend)) == 0.5
-    _, only_stream = recovered("c:i:S:0", None, oc=0.125)
-    assert isinstance(only_stream, ev.CellRecovered)
-    assert recovered_usd(only_stream) == 0.125
+def test_the_recovered_figure_is_the_run_cost_rule() -> None:
+    # The same rule as the report's and the live progress's (arenad.cell.spend.run_cost):
+    # a supervisor's own whole-tree total, else its outcome's; a solo arm's sessions.
+    sup, solo = "c:i1:SUP:0", "c:i1:SOLO:0"
+    outcome = ev.SupervisorOutcome(
+        attempt=1, sup_run_dir=None, status="completed", verdict=None, delivered=True,
+        spent_tokens=None, spent_usd=0.75,
+    )  # fmt: skip
+    f = fold(
+        [
+            submitted("c", {"SUP": "supervisor", "SOLO": "solo"}),
+            started(sup),
+            (f"cell/{sup}", outcome),
+            recovered(sup, 0.25),  # its workers' sessions: a part of the whole
+            started(solo),
+            recovered(solo, 0.5),
+        ]
+    )
+    assert f.campaign("c").spent_usd == 1.25
 
 
 def test_supervisor_live_cost_from_its_journal_and_state() -> None:
@@ -197,26 +210,12 @@ def test_fold_spend_reads_recorded_events() -> None:
     assert fold_spend(recorded).campaign("c").spent_usd == 0.5
 
 
-def test_a_recovery_that_knows_nothing_leaves_the_live_figure() -> None:
-    # A command arm: no opencode store, and a stream the usage fold found no step in (its
-    # lines had no token counts): the cost its lines reported stands, and a reader that
-    # starts from the log is told to read that attempt's lines.
+def test_a_recovery_that_cannot_say_is_unknown_whatever_the_stream_said() -> None:
+    # A command arm printing opencode's lines: counted live while it runs; its recovery
+    # (no store) says unknown, as the report does, and unknown it is.
     a = "c:i1:CMD:0"
-    nothing = ev.CellRecovered(
-        attempt=1,
-        store_available=False,
-        spend=ev.SpendFigures(),
-        usage=ev.SoloUsage(
-            steps=0, tokens_in=0, tokens_out=0, reasoning=0, cache_w=0, cache_r=0, max_ctx=0,
-            oc_cost=0.0, total_io=0,
-        ),
-    )  # fmt: skip
     f = fold([submitted("c", {"CMD": "command"}), started(a), step(a, 0.4, 0), ended(a)])
-    f.apply(f"cell/{a}", nothing)
     assert f.campaign("c").spent_usd == 0.4 and f.campaign("c").unknown_attempts == 0
-    assert f.unrecovered() == [(a, 1)]
-    # A store that held no session knows nothing of the run either.
-    empty_store = ev.SpendFigures(sessions=0, cost_usd=0.0)
-    assert (
-        recovered_usd(ev.CellRecovered(attempt=1, store_available=True, spend=empty_store)) == 0.0
-    )
+    f.apply(*recovered(a, None))
+    assert f.campaign("c").spent_usd == 0.0 and f.campaign("c").unknown_attempts == 1
+    assert f.unrecovered() == []
