@@ -351,7 +351,7 @@ def test_the_report_is_pure_outside_its_io_edge(module: str) -> None:
 
 # The campaign folds: spend and its cap are projections of the log like the ledger's; their
 # I/O half (reading the events they need) is arenad.readmodels.campaigns.
-CAMPAIGN_FOLDS = ("arenad.spend", "arenad.budget")
+CAMPAIGN_FOLDS = ("arenad.budget.spend", "arenad.budget.cap")
 
 
 def test_the_spend_and_budget_folds_are_pure() -> None:

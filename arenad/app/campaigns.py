@@ -1,6 +1,6 @@
 """`arenad campaigns` and `arenad set-budget`: each campaign's cells, spend and cap.
 
-The figures are the folds' (:mod:`arenad.spend`, :mod:`arenad.budget`) over what the log
+The figures are the folds' (:mod:`arenad.budget.spend`, :mod:`arenad.budget.cap`) over what the log
 holds; the cells by state come from the cells read model. Unknown spend is counted apart,
 never as 0.
 """
@@ -11,7 +11,7 @@ import math
 
 import msgspec
 
-from arenad.budget import CampaignBudget, apply_budget, cap_in_force, is_reached
+from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_reached
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.campaigns import load_budgets, load_spend

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.budget import fold_budget
+from arenad.budget.cap import fold_budget
 from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.errors import UserError
 from arenad.home import Home, open_store

@@ -7,8 +7,8 @@ Control requests (abort, pause, max-parallel) arrive as events, written by
 `arenad abort|pause|...` from another process; the daemon follows the log. Where the
 cells' work happens is the executor's (:mod:`arenad.runs.executor`).
 
-Spend caps (:mod:`arenad.budget`): before a cell of a capped campaign is materialized or
-its run started, the campaign's spend (:mod:`arenad.spend`, folded once from the log at
+Spend caps (:mod:`arenad.budget.cap`): before a cell of a capped campaign is materialized or
+its run started, the campaign's spend (:mod:`arenad.budget.spend`, folded once from the log at
 start, then from the followed cell events and from every ingested batch of this daemon's
 runs, as it is recorded) is held against the cap in force. At the cap the daemon records
 one ``campaign.budget-reached``, starts nothing more of the campaign (its cells stay as they
@@ -38,7 +38,8 @@ from typing import Any
 import msgspec
 
 from arenad import __version__
-from arenad.budget import CampaignBudget, apply_budget, cap_in_force, is_reached
+from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_reached
+from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon.lease import DaemonLease
@@ -52,7 +53,6 @@ from arenad.readmodels.campaigns import load_budgets, load_spend
 from arenad.readmodels.view import CellsView, cells_view
 from arenad.runs.executor import Executor, Tools
 from arenad.runs.local import LocalExecutor
-from arenad.spend import SPEND_TAGS, SpendFold
 from arenad.store.base import EventStore
 from arenad.store.faults import fault_from_env
 from events import cell as ev

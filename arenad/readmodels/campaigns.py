@@ -1,5 +1,5 @@
-"""Reading what the campaign folds need from the log (the I/O half of :mod:`arenad.spend`
-and :mod:`arenad.budget`, which are pure).
+"""Reading what the campaign folds need from the log (the I/O half of :mod:`arenad.budget.spend`
+and :mod:`arenad.budget.cap`, which are pure).
 
 Spend: one tag-filtered pass over the log (runs starting and ending, recoveries, the
 campaigns' arm kinds: never the bulk of ingested lines), then the ingest streams of the
@@ -9,8 +9,8 @@ Budgets: the campaign streams, which are short.
 
 from __future__ import annotations
 
-from arenad.budget import CampaignBudget, fold_budget
-from arenad.spend import SPEND_TAGS, SpendFold
+from arenad.budget.cap import CampaignBudget, fold_budget
+from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.store.base import EventStore
 from events.streams import CAMPAIGN, ingest_stream
 

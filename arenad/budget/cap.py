@@ -10,7 +10,7 @@ The cap reached is recorded once per cap: ``reached`` holds the cap of the last
 ``--max-usd`` caps every campaign as well; the lower of the two is in force
 (:func:`cap_in_force`).
 
-The spend the cap is held against is :mod:`arenad.spend`'s known spend: attempts whose cost
+The spend the cap is held against is :mod:`arenad.budget.spend`'s known spend: attempts whose cost
 is unknown (a command arm) do not count, and are shown as unknown.
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from arenad.budget import CampaignBudget, cap_in_force, fold_budget, is_reached
+from arenad.budget.cap import CampaignBudget, cap_in_force, fold_budget, is_reached
 from events.base import Event, Recorded
 from events.control import BudgetReached, BudgetSet, CampaignSubmitted
 

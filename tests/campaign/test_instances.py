@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from arenad.campaign.instances import read_rows
 from arenad.errors import CampaignError
-from arenad.instances import read_rows
 
 ROWS: list[dict[str, Any]] = [
     {

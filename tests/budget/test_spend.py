@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from arenad.spend import SpendFold, fold_spend
+from arenad.budget.spend import SpendFold, fold_spend
 from events import cell as ev
 from events.base import Event
 from events.control import CampaignSubmitted

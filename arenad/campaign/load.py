@@ -84,8 +84,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from arenad.campaign.instances import Row, read_rows
 from arenad.errors import CampaignError
-from arenad.instances import Row, read_rows
 from arenad.materialize.image import default_image_name
 from events.control import InstanceSelection
 from events.specs import (

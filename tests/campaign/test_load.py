@@ -259,7 +259,7 @@ def test_limits_are_checked_at_submit(tmp_path: Path, edit: tuple[str, str], mes
 
 
 def test_every_name_fits_a_file_name_with_every_suffix() -> None:
-    from arenad import campaign as c
+    from arenad.campaign import load as c
 
     longest = "i" * c.MAX_INSTANCE_ID + "." + "a" * c.MAX_ARM_NAME + c.LONGEST_SUFFIX
     assert len(longest.encode()) <= c.NAME_MAX_BYTES
@@ -267,7 +267,7 @@ def test_every_name_fits_a_file_name_with_every_suffix() -> None:
 
 
 def test_longest_names_materialize_as_real_files(tmp_path: Path) -> None:
-    from arenad import campaign as c
+    from arenad.campaign import load as c
     from arenad.home import Home
 
     iid, arm = "i" * c.MAX_INSTANCE_ID, "A" * c.MAX_ARM_NAME
