@@ -61,14 +61,17 @@ def _become_wrapper(
 ) -> int:
     """In the forked child: shed the launcher's state, then be the run wrapper."""
     os.setsid()
-    # Closing this tells the launcher our session exists, so the daemon may signal the group.
-    os.close(ready_fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.dup2(release_fd, 0)
     log_fd = os.open(log, _LOG_FLAGS, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    # This closes ``ready_fd`` too, and that end-of-file is the launcher's cue to say
+    # "spawned": by then the wrapper leads its own group (the daemon may signal it) and
+    # holds its three descriptors and nothing else of the launcher's. (Closed before the
+    # dup2s, the daemon once saw the launcher's descriptors 3-8 still open in a wrapper
+    # it had been told was ready.)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     # The agent is spawned with this environment, and PATH is searched in it.
     os.environ.clear()
@@ -120,8 +123,9 @@ def _spawn(
             os._exit(code)
     os.close(release_fd)
     os.close(ready_w)
-    # Until the child's setsid, its pid names no process group: a daemon that signalled
-    # or probed the group on "spawned" would find nothing. Wait for it (end-of-file).
+    # Until the child's setsid its pid names no process group (a daemon that signalled or
+    # probed the group on "spawned" would find nothing), and until its closerange it still
+    # holds the launcher's descriptors. Wait for both (end-of-file).
     os.read(ready_r, 1)
     os.close(ready_r)
     _send(sock, ("spawned", request_id, pid, _start_ticks(pid)))
@@ -171,4 +175,8 @@ def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:
 
 
 def main(run_wrapper: RunWrapper) -> int:
+    # posix_spawn passes on every inheritable descriptor of the daemon (a test runner's, a
+    # terminal multiplexer's...): the launcher, which outlives nothing but holds them for as
+    # long as the daemon runs, drops them before it forks anything.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     return serve(socket.socket(fileno=0), run_wrapper)

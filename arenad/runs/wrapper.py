@@ -283,6 +283,10 @@ def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # The agent must inherit nothing but its three standard descriptors: whoever started
+    # this wrapper (the launcher's fork, or a fresh interpreter) may have left others open,
+    # and everything the wrapper opens itself is close-on-exec.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     opts, command = _parse(argv)
     for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
         _signal.signal(sig, _on_signal)

@@ -15,13 +15,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from arenad.runs import groups
+from arenad.runs import wrapper as runwrap
 from arenad.runs.detached import DetachedRun, spawn_detached
 from arenad.runs.files import RunFiles, capped_outputs, read_exit_record
 from arenad.runs.launcher_client import WrapperLauncher
@@ -352,6 +353,138 @@ async def test_a_forked_wrapper_is_what_a_fresh_one_would_be(
     found, *agent_env = (tmp_path / "cell" / "out").read_text().splitlines()
     assert found == "found"
     assert sorted(agent_env) == sorted(f"{k}={v}" for k, v in env.items())
+
+
+def _fds(pid: int) -> list[int]:
+    return sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+
+
+async def _wchan_works() -> bool:
+    """Whether this kernel names a sleeping process's wait channel (a running one is "0")."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if _wchan(sleeper.pid) not in ("", "0"):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+async def _poll(cond: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_spawned_means_the_wrapper_holds_nothing_but_its_three_descriptors(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # Issue 14, finding 11: in a loaded full run this file's first launcher test saw
+    # descriptors 3-8 in a wrapper: the launcher said "spawned" once the child had its own
+    # session, before it had shed the launcher's descriptors. Here the child is held
+    # exactly there, deterministically: its log is a FIFO nobody reads yet, so it blocks
+    # opening it. "spawned" must not come before it is through.
+    if not await _wchan_works():
+        pytest.skip("/proc/<pid>/wchan does not name where a process sleeps here")
+    run_dir = tmp_path / "cell"
+    run_dir.mkdir()
+    fifo = run_dir / "arenad.wrapper.log"
+    os.mkfifo(fifo)
+    task = asyncio.create_task(_spawn(run_dir, "exit 0", launcher))
+    await _poll(lambda: launcher.pid is not None, "the launcher")
+    assert launcher.pid is not None
+    lpid = launcher.pid
+    await _poll(lambda: _children(lpid), "the forked wrapper")
+    (child,) = _children(lpid)
+    await _poll(lambda: _wchan(child) == "wait_for_partner", "the wrapper to block on its log")
+    # Now either "spawned" came already (the bug) or the launcher is still waiting for the
+    # child to be ready (reading its readiness pipe).
+    await _poll(
+        lambda: task.done() or "pipe_read" in _wchan(lpid), "spawned, or the launcher to wait"
+    )
+    seen = _fds(child) if task.done() else None
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        run = await task
+        if seen is None:
+            seen = _fds(run.pid)
+        assert seen == [0, 1, 2], "the wrapper was reported spawned before it was ready"
+        run.release()
+        assert (await run.wait(_clock)).how == "exited"
+    finally:
+        os.close(reader)
+
+
+async def test_no_descriptor_of_the_daemon_reaches_the_launcher_the_wrapper_or_the_agent(
+    tmp_path: Path,
+) -> None:
+    # Issue 14, finding 11: descriptors the daemon's process holds without close-on-exec
+    # (here opened so on purpose; in the finding, a test runner's) passed into the launcher
+    # through posix_spawn. The agent lists its own descriptors.
+    marker = tmp_path / "inherited"
+    marker.write_text("")
+    leaked = [os.open(marker, os.O_RDONLY) for _ in range(6)]
+    launcher = WrapperLauncher()
+    try:
+        for fd in leaked:
+            os.set_inheritable(fd, True)
+        run = await _spawn(tmp_path / "cell", "ls /proc/$$/fd; exit 0", launcher)
+        assert launcher.pid is not None
+        lpid = launcher.pid
+        held = {os.readlink(f"/proc/{lpid}/fd/{fd}") for fd in os.listdir(f"/proc/{lpid}/fd")}
+        assert str(marker) not in held
+        assert _fds(run.pid) == [0, 1, 2]
+        run.release()
+        end = await run.wait(_clock)
+        assert (end.how, end.code) == ("exited", 0)
+        listed = (tmp_path / "cell" / "out").read_text().split()
+        assert sorted(int(fd) for fd in listed) == [0, 1, 2]
+    finally:
+        for fd in leaked:
+            os.close(fd)
+        await launcher.close()
+
+
+def test_a_fresh_wrapper_passes_no_inherited_descriptor_to_the_agent(tmp_path: Path) -> None:
+    # The wrapper started as a fresh interpreter by someone who left a descriptor open for
+    # it (pass_fds): the agent still gets only its three.
+    marker = tmp_path / "inherited"
+    marker.write_text("")
+    leaked = os.open(marker, os.O_RDONLY)
+    try:
+        wrapper = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(runwrap.__file__)),
+                *("--exit-file", str(tmp_path / "exit.json"), "--store", str(tmp_path / "x.db")),
+                *("--stream", STREAM, "--attempt", "1", "--cwd", str(tmp_path)),
+                *("--stdout", str(tmp_path / "out"), "--stderr", str(tmp_path / "err")),
+                "--",
+                *("bash", "-c", "ls /proc/$$/fd; exit 0"),
+            ],
+            stdin=subprocess.PIPE,
+            pass_fds=(leaked,),
+        )
+        assert wrapper.stdin is not None
+        wrapper.stdin.write(f"{wrapper.pid}\n".encode())
+        wrapper.stdin.close()
+        assert wrapper.wait(timeout=60) == 0
+    finally:
+        os.close(leaked)
+    assert sorted(int(fd) for fd in (tmp_path / "out").read_text().split()) == [0, 1, 2]
 
 
 async def test_an_ended_wrapper_is_reaped_not_left_a_zombie(
