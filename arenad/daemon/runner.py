@@ -388,7 +388,11 @@ class CellRunner:
                     reason=end.reason or self.abort_reason,
                 )
             case "lost":
-                outcome = ev.RunAborted(attempt=attempt, rc=None, reason="lost with the daemon")
+                # The executor says what is known (how the wrapper died, or that no daemon
+                # watched it end): "lost with the daemon" only when that is what happened.
+                outcome = ev.RunAborted(
+                    attempt=attempt, rc=None, reason=end.reason or "lost with the daemon"
+                )
             case "not_started":
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
@@ -572,7 +576,11 @@ def _output_capped(
         return []
     return [
         ev.RunOutputCapped(
-            attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
+            attempt=attempt,
+            path=path,
+            cap_bytes=started.output_cap_bytes,
+            cause=cause,
+            kept_bytes=end.kept.get(path),
         )
         for path, cause in end.capped
     ]

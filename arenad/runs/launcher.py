@@ -15,8 +15,9 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per pack
   pipe's read end attached (``SCM_RIGHTS``);
 - launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
   leads its own session and group, so the group can be signalled at once) or
-  ``("error", request_id, message)``, then ``("reaped", pid)`` once that wrapper has exited
-  and been reaped here (the daemon's cue that the run's process group may be empty now).
+  ``("error", request_id, message)``, then ``("reaped", pid, wait_status)`` once that
+  wrapper has exited and been reaped here (the daemon's cue that the run's process group may
+  be empty now, and how the wrapper ended when it left no exit record).
 
 The launcher holds nothing a run depends on: the release pipe's write end stays in the
 daemon, and a wrapper outlives the launcher (it is reparented, as it would be if the daemon
@@ -140,12 +141,12 @@ def _send(sock: socket.socket, message: tuple[Any, ...]) -> None:
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _send(sock, ("reaped", pid))
+        _send(sock, ("reaped", pid, status))
 
 
 def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:

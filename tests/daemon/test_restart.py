@@ -176,6 +176,36 @@ def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> N
     assert isinstance(events[-1], ev.CellRecovered)
 
 
+@pytest.mark.parametrize("adopted", [False, True], ids=["started-here", "adopted"])
+def test_a_wrapper_killed_while_the_daemon_runs_is_not_lost_with_the_daemon(
+    tmp_path: Path, adopted: bool
+) -> None:
+    # Issue 14, finding 7: only the wrapper is killed; the daemon watching it is up, so
+    # "lost with the daemon" would be false. The reason says what is known instead.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    if adopted:
+        _kill9_once_the_agent_runs(home, marker, tmp_path)
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    try:
+        wait_for(marker.exists, "the agent to start")
+        if adopted:
+            wait_for(lambda: _has(home, ev.RunAdopted), "the run to be adopted")
+        started = _of(_cell(home), ev.RunStarted)[0]
+        os.kill(started.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    (aborted,) = _of(_cell(home), ev.RunAborted)
+    assert isinstance(aborted, ev.RunAborted) and aborted.rc is None
+    assert "lost with the daemon" not in aborted.reason
+    assert "died without an exit record while the daemon ran" in aborted.reason
+    how = "not this daemon's child" if adopted else "killed by SIGKILL"
+    assert how in aborted.reason, aborted.reason
+
+
 @pytest.mark.parametrize("when", ["crash-before", "crash-after"])
 def test_a_crash_around_run_started_never_runs_the_agent_twice(tmp_path: Path, when: str) -> None:
     marker = tmp_path / "runs.txt"
@@ -254,7 +284,11 @@ def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: 
     assert len(started) == 1 and started[0].output_cap_bytes == 1000  # type: ignore[attr-defined]
     run_dir = _run_dir(events)
     capped = _of(events, ev.RunOutputCapped)
-    assert capped == [ev.RunOutputCapped(attempt=1, path=str(run_dir / "cmd.out"), cap_bytes=1000)]
+    assert capped == [
+        ev.RunOutputCapped(
+            attempt=1, path=str(run_dir / "cmd.out"), cap_bytes=1000, kept_bytes=1000
+        )
+    ]
     completed = _of(events, ev.RunCompleted)
     assert len(completed) == 1 and events.index(completed[0]) < events.index(capped[0])
     assert len((run_dir / "cmd.out").read_bytes()) == 1000

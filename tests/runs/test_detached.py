@@ -28,6 +28,7 @@ from arenad.runs.files import RunFiles, capped_outputs, read_exit_record
 from arenad.runs.launcher_client import WrapperLauncher
 from arenad.store.sqlite import SqliteEventStore
 from events.cell import RunStarted
+from tests.fullfs import fill, free, small_fs
 
 STREAM = "cell/c:i:A:0"
 
@@ -326,7 +327,7 @@ async def test_a_forked_wrapper_is_what_a_fresh_one_would_be(
     tmp_path: Path, launcher: WrapperLauncher
 ) -> None:
     # Its own session and group, the agent's environment (PATH searched in it), the
-    # release pipe as stdin, its log as stdout and stderr, and no other descriptor.
+    # release socket as stdin, its log as stdout and stderr, and no other descriptor.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "only-on-the-agents-path"
@@ -344,7 +345,7 @@ async def test_a_forked_wrapper_is_what_a_fresh_one_would_be(
     assert int(_status_field(run.pid, "PPid")) == launcher.pid
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{run.pid}/fd"))
     assert fds == [0, 1, 2]
-    assert os.readlink(f"/proc/{run.pid}/fd/0").startswith("pipe:")
+    assert os.readlink(f"/proc/{run.pid}/fd/0").startswith("socket:")
     log = str(tmp_path / "cell" / "arenad.wrapper.log")
     assert os.readlink(f"/proc/{run.pid}/fd/1") == log == os.readlink(f"/proc/{run.pid}/fd/2")
     run.release()
@@ -646,3 +647,77 @@ async def test_an_output_file_that_cannot_be_written_still_gets_the_exit_recorde
         assert path == run.files.stdout and cause == "write error: File too large"
     finally:
         await launcher.close()
+
+
+# -- a full disk: the exit record is never lost, the cut's cause is the real one ----------
+
+
+async def test_on_a_full_disk_the_exit_status_reaches_the_daemon_through_its_socket(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # Issue 14, finding 6: on a real full disk the wrapper could not write its exit
+    # record, and a run that had finished was recorded lost; the empty cap markers read as
+    # cause "cap". The wrapper now sends the record through its release socket.
+    with small_fs(tmp_path / "fs", size="1m") as fs:
+        run_dir = fs / "cell"
+        run = await _spawn(run_dir, "head -c 100000 /dev/zero; echo late >&2; exit 5", launcher)
+        fill(fs)
+        try:
+            run.release()
+            end = await run.wait(_clock)
+        finally:
+            free(fs)
+        assert (end.how, end.code) == ("exited", 5)
+        assert not read_exit_record(run.files.exit_file)
+        assert not run.alive, "the wrapper was left retrying a file the daemon no longer needs"
+        causes = dict(end.capped)
+        assert causes == {
+            run.files.stdout: "write error: No space left on device",
+            run.files.stderr: "write error: No space left on device",
+        }
+        assert end.kept == {run.files.stdout: 0, run.files.stderr: 0}
+
+
+async def test_with_no_daemon_to_tell_the_wrapper_keeps_its_exit_until_the_disk_has_room(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # The daemon is gone (its end of the socket closed): the wrapper holds the record and
+    # writes it once it can, for the next daemon to read.
+    done = tmp_path / "agent-done"
+    with small_fs(tmp_path / "fs", size="1m") as fs:
+        run = await _spawn(fs / "cell", f"echo hi; touch {done}; exit 6", launcher)
+        fill(fs)
+        run.release()
+        run.close()
+        await _poll(done.exists, "the agent to finish")
+        assert run.alive, "the wrapper gave up its record"
+        free(fs)
+        end = await run.wait(_clock)
+        assert (end.how, end.code) == ("exited", 6)
+        record = read_exit_record(run.files.exit_file, run.pid)
+        assert record is not None and record.exit_status == 6
+
+
+def test_an_empty_cap_marker_does_not_claim_the_cap(tmp_path: Path) -> None:
+    # A marker the wrapper made but could not write into (a full disk) says nothing of why.
+    (tmp_path / "out").write_text("")
+    (tmp_path / "out.capped").write_text("")
+    [(_, cause)] = capped_outputs([str(tmp_path / "out")])
+    assert cause != "cap" and "unknown" in cause
+
+
+async def test_a_wrapper_killed_under_a_live_daemon_is_not_lost_with_the_daemon(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # Issue 14, finding 7: the reason says what happened (the launcher reaped it and said
+    # how), not "lost with the daemon", which was up the whole time.
+    started = tmp_path / "started"
+    run = await _spawn(tmp_path / "cell", f"touch {started}; sleep 60", launcher)
+    run.release()
+    await _poll(started.exists, "the agent to start")
+    os.kill(run.pid, signal.SIGKILL)
+    end = await run.wait(_clock)
+    assert end.how == "lost" and end.reason is not None
+    assert "lost with the daemon" not in end.reason
+    assert "while the daemon ran (killed by SIGKILL)" in end.reason, end.reason
+    assert end.leftovers_killed and not groups.group_alive(run.pgid)
