@@ -142,7 +142,8 @@ class Daemon:
 
     def stop(self, reason: str) -> None:
         """First call: drain (no new cells; running agents aborted, or left running with
-        ``leave_running``; steps in flight finish within the drain bound). Second call:
+        ``leave_running`` and no longer waited for; steps in flight finish within the
+        drain bound). Second call:
         force (agents killed without grace, steps in flight cancelled)."""
         self.signals += 1
         self.stop_reason = reason

@@ -93,6 +93,9 @@ class CellRunner:
         self.pause_requested = False
         self._materialized_here = False
         self._wake = asyncio.Event()
+        # Set when the daemon stops leaving runs running: the run in flight is no longer
+        # followed (nothing is recorded of it; the next daemon adopts it).
+        self._leave = asyncio.Event()
 
     def request_abort(self, reason: str) -> None:
         self.abort_reason = reason
@@ -107,7 +110,9 @@ class CellRunner:
         self.shutdown = True
         self._wake.set()
         run = self.run_in_flight
-        if run is not None and abort_runs:
+        if not abort_runs:
+            self._leave.set()
+        elif run is not None:
             self.request_abort("daemon shutting down")
             if force:
                 run.kill_now()
@@ -353,7 +358,7 @@ class CellRunner:
             else None
         )
         try:
-            end = await run.wait()
+            end = await self._wait_unless_left(run)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -363,9 +368,33 @@ class CellRunner:
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
+        if end is None:
+            # Left running: like a crash for this run, minus the crash. What was ingested
+            # is committed; the next daemon resumes from the logged offsets.
+            if observation is not None:
+                await observation.abort()
+            log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
+            return
         if observation is not None:
             await observation.close()
         await self._record_end(state, ctx, site, end, sink)
+
+    async def _wait_unless_left(self, run: Run) -> RunEnd | None:
+        """The run's end, or None once the daemon stops leaving runs running."""
+        if self._leave.is_set():
+            return None
+        ended = asyncio.ensure_future(run.wait())
+        left = asyncio.ensure_future(self._leave.wait())
+        try:
+            await asyncio.wait({ended, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+            if not ended.done():
+                ended.cancel()
+            await asyncio.gather(ended, left, return_exceptions=True)
+        if ended.cancelled():
+            return None
+        return ended.result()
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink

@@ -248,6 +248,40 @@ def test_sigterm_with_leave_running_hands_the_agent_to_the_next_daemon(tmp_path:
     assert len(marker.read_text().split()) == 1
 
 
+def test_leave_running_exits_at_once_instead_of_waiting_for_the_agent(tmp_path: Path) -> None:
+    # Issue 14, finding 8: the daemon waited for its agents (up to --drain-timeout) instead
+    # of leaving them. The agent runs for a minute and the drain bound is ten: the daemon
+    # must be gone while the agent still runs, having recorded nothing of the run's end.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    daemon = start_daemon(
+        home, "--leave-running", "--drain-timeout", "600", stderr=tmp_path / "daemon.err"
+    )
+    wait_for(lambda: marker.exists(), "the agent to start")
+    started = wait_for(lambda: _of(_cell(home), ev.RunStarted), "the run to be recorded")[0]
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert groups.group_alive(started.pgid), "the agent was not left running"
+    events = _cell(home)
+    assert not _of(events, ev.RunAborted) and not _of(events, ev.RunCompleted)
+    # The next daemon adopts it (aborted here only to keep the test short).
+    second = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon2.err")
+    try:
+        wait_for(lambda: _has(home, ev.RunAdopted), "the run to be adopted")
+        assert cli(home, "abort", CELL).returncode == 0
+        assert second.wait(timeout=120) == 0, (tmp_path / "daemon2.err").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    assert len(marker.read_text().split()) == 1
+
+
 def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     # An agent that ignores SIGTERM, with a long kill grace: a drain would wait it out.
