@@ -39,6 +39,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     cell.JudgeVerdictRecorded,
     ingest.LineIngested,
     ingest.LineMalformed,
+    ingest.LineOversized,
     ingest.FileTruncated,
     ingest.FileSnapshotted,
     ingest.IngestionClosed,
