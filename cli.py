@@ -175,11 +175,26 @@ def events(
         run(emit())
 
 
-@command("Walk the hash chain; name the first bad row (exit 1).", "arenad verify-log")
-def verify_log() -> None:
-    report = run(services.verify_log(_ctx.home))
+@command(
+    "Walk the hash chain; name the first bad row (exit 1).",
+    "arenad verify-log --anchor ~/backup/arenad.anchor",
+)
+def verify_log(
+    anchor: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchor",
+            metavar="FILE",
+            help="A file kept elsewhere: the log must still hold the head it records"
+            " (catches deleted newest rows with a rewritten head); then it records today's.",
+        ),
+    ] = None,
+) -> None:
+    checked = run(services.verify_log(_ctx.home, anchor))
+    report = checked.report
     if report.ok:
-        typer.echo(f"log ok: {report.rows} events, chain verified")
+        note = f"; {checked.anchor}" if checked.anchor else ""
+        typer.echo(f"log ok: {report.rows} events, chain verified{note}")
         return
     typer.echo(
         f"arenad: log tampered or damaged at seq {report.first_bad_seq}: {report.problem}", err=True

@@ -3,8 +3,10 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
+from arenad.errors import LogTampered, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event
 from events.ingest import IngestionClosed
@@ -23,6 +25,11 @@ class IngestSink:
         self.appended = 0
         self.hold_close = hold_close
         self._held: list[Event] | None = None
+        # A store failure after which nothing more can be written (full, read-only, a
+        # log that fails its chain check): the run's follower stops at once on it, not
+        # when the run ends (the watcher that got it has stopped ingesting).
+        self.fatal: StoreError | None = None
+        self.fatal_seen = asyncio.Event()
 
     async def open(self, *, new: bool = False) -> int:
         """Read the stream's version; ``new``: the caller knows it has no events yet."""
@@ -37,7 +44,12 @@ class IngestSink:
             self._held = list(events)
             self.appended += len(events)
             return
-        recorded = await self.store.append(self.stream, self.version, list(events))
+        try:
+            recorded = await self.store.append(self.stream, self.version, list(events))
+        except (StoreUnwritable, LogTampered) as exc:
+            self.fatal = exc
+            self.fatal_seen.set()
+            raise
         self.version = recorded[-1].version
         self.appended += len(recorded)
 

@@ -358,7 +358,7 @@ class CellRunner:
             else None
         )
         try:
-            end = await self._wait_unless_left(run)
+            end = await self._wait_unless_left(run, sink)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -373,25 +373,30 @@ class CellRunner:
             # is committed; the next daemon resumes from the logged offsets.
             if observation is not None:
                 await observation.abort()
+            if sink.fatal is not None:
+                raise sink.fatal
             log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
             return
         if observation is not None:
             await observation.close()
         await self._record_end(state, ctx, site, end, sink)
 
-    async def _wait_unless_left(self, run: Run) -> RunEnd | None:
-        """The run's end, or None once the daemon stops leaving runs running."""
-        if self._leave.is_set():
+    async def _wait_unless_left(self, run: Run, sink: IngestSink) -> RunEnd | None:
+        """The run's end, or None once the daemon stops leaving runs running, or the
+        store failed under the run's ingestion (nothing more can be recorded)."""
+        if self._leave.is_set() or sink.fatal is not None:
             return None
         ended = asyncio.ensure_future(run.wait())
         left = asyncio.ensure_future(self._leave.wait())
+        failed = asyncio.ensure_future(sink.fatal_seen.wait())
         try:
-            await asyncio.wait({ended, left}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ended, left, failed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            left.cancel()
+            for task in (left, failed):
+                task.cancel()
             if not ended.done():
                 ended.cancel()
-            await asyncio.gather(ended, left, return_exceptions=True)
+            await asyncio.gather(ended, left, failed, return_exceptions=True)
         if ended.cancelled():
             return None
         return ended.result()

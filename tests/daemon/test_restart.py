@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -204,6 +205,34 @@ def test_a_wrapper_killed_while_the_daemon_runs_is_not_lost_with_the_daemon(
     assert "died without an exit record while the daemon ran" in aborted.reason
     how = "not this daemon's child" if adopted else "killed by SIGKILL"
     assert how in aborted.reason, aborted.reason
+
+
+def test_a_row_inserted_under_a_running_daemon_stops_it_naming_the_row(tmp_path: Path) -> None:
+    # Issue 14, finding 9: the daemon stopped with a raw "UNIQUE constraint failed:
+    # events.seq". Its next append now refuses the log by name; agents are left running.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    try:
+        wait_for(marker.exists, "the agent to start")
+        started = wait_for(lambda: _of(_cell(home), ev.RunStarted), "the run")[0]
+        with sqlite3.connect(home / "arenad.db") as conn:
+            (head,) = conn.execute("SELECT seq FROM log_head").fetchone()
+            conn.execute(
+                "INSERT INTO events SELECT seq + 1000, stream, version + 1000, tag,"
+                " schema_version, recorded_at_ms, payload, hash FROM events WHERE seq = ?",
+                (head,),
+            )
+        assert daemon.wait(timeout=60) == 1
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    err = (tmp_path / "daemon.err").read_text()
+    assert "UNIQUE constraint" not in err and "Traceback" not in err, err[-3000:]
+    assert "fails verification at row" in err and "past the log's head" in err, err[-3000:]
+    assert groups.group_alive(started.pgid)  # type: ignore[attr-defined]
+    os.killpg(started.pgid, signal.SIGKILL)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("when", ["crash-before", "crash-after"])
