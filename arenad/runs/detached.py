@@ -5,8 +5,8 @@
 child in the same group) with the agent's stdio going to
 files in the run dir, not to pipes of the daemon — so nothing ties the agent's life to
 the daemon's. The wrapper holds the agent back until :meth:`DetachedRun.release` (called
-once ``RunStarted`` is committed) writes into its release pipe or, if the daemon died (the
-pipe reads end-of-file), until it has checked the log itself; see ``arenad/runs/wrapper.py``
+once ``RunStarted`` is committed) writes into its release socket or, if the daemon died
+(the socket reads end-of-file), until it has checked the log itself; see ``arenad/runs/wrapper.py``
 for that rule.
 
 :meth:`DetachedRun.wait` is the same for a run this daemon started and for one it adopted

@@ -5,21 +5,21 @@ no-op cell's cost). The daemon starts this module once instead (``python -I -S -
 standard library only, like the wrapper) and asks it for each wrapper; it forks one from
 its already-initialised interpreter (well under a millisecond) and the child runs
 ``wrapper.main`` exactly as a freshly started wrapper would: in a new session, with the
-release pipe as stdin, stdout and stderr on the wrapper log, the agent's environment as its
+release socket as stdin, stdout and stderr on the wrapper log, the agent's environment as its
 own, and no other file descriptor.
 
 Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per packet, each a
 ``marshal``-ed tuple — both ends are the same interpreter):
 
 - daemon -> launcher: ``("spawn", request_id, log_path, wrapper_args, env)`` with the release
-  pipe's read end attached (``SCM_RIGHTS``);
+  socket's wrapper end attached (``SCM_RIGHTS``);
 - launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
   leads its own session and group, so the group can be signalled at once) or
   ``("error", request_id, message)``, then ``("reaped", pid, wait_status)`` once that
   wrapper has exited and been reaped here (the daemon's cue that the run's process group may
   be empty now, and how the wrapper ended when it left no exit record).
 
-The launcher holds nothing a run depends on: the release pipe's write end stays in the
+The launcher holds nothing a run depends on: the release socket's other end stays in the
 daemon, and a wrapper outlives the launcher (it is reparented, as it would be if the daemon
 had been its parent and died). End-of-file on the socket means the daemon is gone: the
 launcher reaps what has ended and exits.

@@ -6,14 +6,15 @@ this module had been started afresh with the agent's environment; the wrapper is
 process-group leader and the agent becomes its child in the same group, so one ``killpg``
 reaches both. Four jobs:
 
-1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
-   of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid
-   into it right after ``RunStarted`` (naming that pid) is committed. If the daemon dies
-   first, the pipe reads end-of-file and the wrapper asks the log itself: with a committed
-   ``RunStarted`` for this pid and attempt it starts the agent (the restarted daemon adopts
-   the run); without one it exits having started nothing. So an agent runs if and only if
-   the log records its start: never twice, never unrecorded. (The daemon never closes the
-   pipe unreleased while the wrapper lives: it kills the wrapper first.)
+1. **Start the agent only if the log says it started.** The wrapper's stdin is one end
+   of a socket pair only the daemon holds the other end of. The daemon writes this
+   wrapper's pid into it right after ``RunStarted`` (naming that pid) is committed. If
+   the daemon dies first, the socket reads end-of-file and the wrapper asks the log
+   itself: with a committed ``RunStarted`` for this pid and attempt it starts the agent
+   (the restarted daemon adopts the run); without one it exits having started nothing.
+   So an agent runs if and only if the log records its start: never twice, never
+   unrecorded. (The daemon never closes its end unreleased while the wrapper lives: it
+   kills the wrapper first.)
 2. **Outlive group signals.** SIGTERM, SIGINT and SIGHUP only set a flag here (the agent
    gets them with default handling), so the wrapper survives a timeout or abort long enough
    to record how the agent ended. SIGKILL ends both. A signal before the release means the
@@ -146,8 +147,8 @@ def _finish(path: str, record: dict[str, object]) -> None:
         error = exc.strerror or str(exc)
     _say(f"cannot write {path}: {error}; sent to the daemon, kept")
     try:  # noqa: SIM105  (no contextlib here: see _say)
-        # The daemon's end of the socket pair that released us (a pipe's read end, or a
-        # socket whose daemon is gone, refuses: then the file is all there is).
+        # Into the socket pair that released us, to the daemon's end (a socket whose
+        # daemon is gone refuses, as does a pipe: then the file is all there is).
         os.write(0, (_json({**record, "exit_file_error": error}) + "\n").encode())
     except OSError:
         pass
