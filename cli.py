@@ -73,6 +73,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         fail(str(exc))
     except ArenadError as exc:
         fail(str(exc), EXIT_RUNTIME)
+    except OSError as exc:
+        # The machine refused (a full disk, a permission): a runtime failure, in one line.
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", EXIT_RUNTIME)
     raise AssertionError("unreachable")
 
 

@@ -240,6 +240,13 @@ def test_a_store_full_at_start_is_a_runtime_failure_not_a_user_error(tmp_path: P
     _one_line(retried)
 
 
+def test_a_home_the_machine_refuses_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    # An OSError (here: no directory can be made under /proc) was a traceback.
+    done = run_arenad(Path("/proc/arenad-test-home"), "init")
+    assert done.returncode == 1
+    assert _one_line(done).startswith("arenad: /proc/arenad-test-home: ")
+
+
 # -- a closed pipe (`arenad events --json | head -1`) ---------------------------------------
 
 
