@@ -21,6 +21,7 @@ from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed
 from tests.conftest import make_repo
 from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.fullfs import fill, free, small_fs
 
 CELL = "rs:i1:CMD:0"
 
@@ -175,6 +176,43 @@ def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> N
     assert len(aborted) == 1
     assert aborted[0].reason == "lost with the daemon" and aborted[0].rc is None  # type: ignore[attr-defined]
     assert isinstance(events[-1], ev.CellRecovered)
+
+
+def test_on_a_full_disk_a_finished_run_is_recorded_with_its_real_status(tmp_path: Path) -> None:
+    # Issue 14, finding 6, end to end: the run dirs are on a real filesystem that fills
+    # while the agent runs (the store is elsewhere and still writable, as SQLite's WAL was
+    # in the finding). The wrapper cannot write its output or its exit record: the run
+    # must still be recorded completed with its status, and the cuts with their real cause.
+    go, marker = tmp_path / "go", tmp_path / "runs.txt"
+    script = (
+        f"echo $$ >> {marker}; while [ ! -e {go} ]; do sleep 0.05; done;"
+        " head -c 20000 /dev/zero; echo oops >&2; exit 3"
+    )
+    home = tmp_path / "home"
+    with small_fs(home / "campaigns", size="16m") as fs:
+        home = _setup(tmp_path, ["bash", "-c", script])
+        daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+        try:
+            wait_for(marker.exists, "the agent to start")
+            fill(fs)
+            go.touch()
+            assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait()
+            free(fs)
+        events = _cell(home)
+    assert not _of(events, ev.RunAborted), "a finished run was recorded aborted"
+    (completed,) = _of(events, ev.RunCompleted)
+    assert isinstance(completed, ev.RunCompleted) and completed.rc == 3
+    capped = _of(events, ev.RunOutputCapped)
+    assert capped and all(
+        isinstance(c, ev.RunOutputCapped)
+        and c.cause == "write error: No space left on device"
+        and c.kept_bytes == 0
+        for c in capped
+    ), capped
 
 
 @pytest.mark.parametrize("adopted", [False, True], ids=["started-here", "adopted"])
