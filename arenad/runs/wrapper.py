@@ -360,7 +360,11 @@ def main(argv: list[str]) -> int:
     exit_file = opts["exit-file"]
     me: dict[str, object] = {"wrapper_pid": os.getpid()}
     if not _wait_for_release(opts):
-        _finish(exit_file, {**me, "started": False, "error": "not released"})
+        # Nothing ran, so nothing is owed to anyone: written if it can be, not kept.
+        try:
+            _write_exit_record(exit_file, {**me, "started": False, "error": "not released"})
+        except OSError as exc:
+            _say(f"cannot write {exit_file}: {exc.strerror or exc}")
         return NOT_STARTED_EXIT
     try:
         os.chdir(opts["cwd"])
