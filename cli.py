@@ -1,6 +1,14 @@
 """The `arenad` command line: wiring only. Each command calls one function of arenad.app
 (the one door: nothing else of arenad is imported here), prints the result, and turns
-user errors into one line on stderr and exit status 2."""
+errors into one line on stderr and the exit status of the README's table:
+
+    0   ok
+    1   runtime failure: the store cannot be read or written (full, read-only, damaged,
+        tampered), a process could not be run, the daemon stopped on a fatal error
+    2   user error: a file, argument or environment variable given is wrong (the line
+        names it); nothing was written
+    86  an injected crash (ARENAD_FAULT, for tests)
+"""
 
 from __future__ import annotations
 
@@ -19,7 +27,6 @@ from arenad import app as services
 from arenad.app import (
     ArenadError,
     Home,
-    StoreError,
     UserError,
     history_lines,
     recorded_to_json,
@@ -48,21 +55,32 @@ class Context:
 _ctx = Context()
 
 
-def fail(message: str, code: int = 2) -> None:
+EXIT_RUNTIME = 1
+EXIT_USER = 2
+
+
+def fail(message: str, code: int = EXIT_USER) -> None:
     typer.echo(f"arenad: {message}", err=True)
     raise typer.Exit(code)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a service; a user's mistake or a store refusal is one line, never a traceback."""
+    """Run a service; a user's mistake (2) or a runtime failure (1: the store refused, a
+    process could not run) is one line, never a traceback. A store that cannot be written
+    is a runtime failure whether it filled before the command or during it."""
     try:
         return asyncio.run(coro)
     except UserError as exc:
         fail(str(exc))
-    except StoreError as exc:
-        fail(str(exc))
     except ArenadError as exc:
-        fail(str(exc), 1)
+        fail(str(exc), EXIT_RUNTIME)
+    except BrokenPipeError:
+        # The reader went away (`arenad events | head`): click's rule, stop quietly, exit 1.
+        raise
+    except OSError as exc:
+        # The machine refused (a full disk, a permission): a runtime failure, in one line.
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", EXIT_RUNTIME)
     raise AssertionError("unreachable")
 
 
@@ -199,16 +217,31 @@ def events(
         run(emit())
 
 
-@command("Walk the hash chain; name the first bad row (exit 1).", "arenad verify-log")
-def verify_log() -> None:
-    report = run(services.verify_log(_ctx.home))
+@command(
+    "Walk the hash chain; name the first bad row (exit 1).",
+    "arenad verify-log --anchor ~/backup/arenad.anchor",
+)
+def verify_log(
+    anchor: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchor",
+            metavar="FILE",
+            help="A file kept elsewhere: the log must still hold the head it records"
+            " (catches deleted newest rows with a rewritten head); then it records today's.",
+        ),
+    ] = None,
+) -> None:
+    checked = run(services.verify_log(_ctx.home, anchor))
+    report = checked.report
     if report.ok:
-        typer.echo(f"log ok: {report.rows} events, chain verified")
+        note = f"; {checked.anchor}" if checked.anchor else ""
+        typer.echo(f"log ok: {report.rows} events, chain verified{note}")
         return
     typer.echo(
         f"arenad: log tampered or damaged at seq {report.first_bad_seq}: {report.problem}", err=True
     )
-    raise typer.Exit(1)
+    raise typer.Exit(EXIT_RUNTIME)
 
 
 @command("Recreate every read model from the log.", "arenad rebuild")

@@ -72,6 +72,8 @@ class RunOutputCapped(Event, tag="run.output-capped", frozen=True, kw_only=True)
     path: str
     cap_bytes: int
     cause: str = "cap"
+    # The bytes the file kept (None: unknown, in events written before this was recorded).
+    kept_bytes: int | None = None
 
 
 class RunCompleted(Event, tag="run.completed", frozen=True, kw_only=True):

@@ -41,6 +41,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     cell.VerifyLogCaptured,
     ingest.LineIngested,
     ingest.LineMalformed,
+    ingest.LineOversized,
     ingest.FileTruncated,
     ingest.FileSnapshotted,
     ingest.IngestionClosed,

@@ -45,7 +45,7 @@ from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon.lease import DaemonLease
 from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.errors import ArenadError, StoreUnwritable
+from arenad.errors import ArenadError, LogTampered, StoreUnwritable
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
@@ -86,6 +86,9 @@ _SCHEDULE_TAGS = frozenset(
         *SPEND_TAGS,
     }
 )
+
+# Store failures after which nothing more can be written: the daemon stops at once.
+_STORE_FATAL = (StoreUnwritable, LogTampered)
 
 # Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
 WORKSPACE_TEMPLATES = "workspace-templates"
@@ -173,7 +176,8 @@ class Daemon:
 
     def stop(self, reason: str) -> None:
         """First call: drain (no new cells; running agents aborted, or left running with
-        ``leave_running``; steps in flight finish within the drain bound). Second call:
+        ``leave_running`` and no longer waited for; steps in flight finish within the
+        drain bound). Second call:
         force (agents killed without grace, steps in flight cancelled)."""
         self.signals += 1
         self.stop_reason = reason
@@ -191,8 +195,9 @@ class Daemon:
                 task.get_loop().call_later(_FORCE_GRACE_S, task.cancel)
 
     def _stop_fatally(self, exc: BaseException) -> None:
-        """The store cannot be written: stop at once, recording nothing more and aborting
-        nothing (an abort could not be recorded); running agents stay adoptable."""
+        """The store cannot be written (or refuses to: the log fails its chain check):
+        stop at once, recording nothing more and aborting nothing (an abort could not be
+        recorded); running agents stay adoptable."""
         if self.fatal is None:
             self.fatal = exc
             log.error("stopping: %s", exc)
@@ -214,7 +219,7 @@ class Daemon:
         if exc is None and self.stopping.is_set():
             return
         failure = exc or RuntimeError(f"{task.get_name()} ended while the daemon ran")
-        if isinstance(failure, StoreUnwritable):
+        if isinstance(failure, _STORE_FATAL):
             self._stop_fatally(failure)
             return
         if self.side_failure is None:
@@ -350,7 +355,7 @@ class Daemon:
     async def _drive(self, runner: CellRunner) -> None:
         try:
             await runner.drive()
-        except StoreUnwritable as exc:
+        except _STORE_FATAL as exc:
             self._stop_fatally(exc)
         except Exception:
             log.exception("%s: the cell runner crashed", runner.cell_id)
@@ -375,7 +380,7 @@ class Daemon:
                         )
                     ]
                 )
-        except StoreUnwritable as exc:
+        except _STORE_FATAL as exc:
             self._stop_fatally(exc)
         except Exception:
             log.exception("%s: could not record the runner's crash", runner.cell_id)
@@ -426,6 +431,10 @@ class Daemon:
             # Registered last, so it runs first: the cells wind down before their tools go.
             stack.push_async_callback(self._drain)
             await self._schedule(executor)
+        if isinstance(self.fatal, LogTampered):
+            raise DaemonFatal(
+                f"{self.fatal}; the daemon stopped, and running agents were left running"
+            ) from self.fatal
         if self.fatal is not None:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped without recording anything more. The log"

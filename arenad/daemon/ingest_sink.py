@@ -3,8 +3,10 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
+from arenad.errors import LogTampered, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event
 from events.ingest import IngestionClosed
@@ -33,6 +35,11 @@ class IngestSink:
         # Sees every batch as it is recorded (or held): the daemon folds live spend from
         # it, so nothing re-reads the ingest stream to learn what a run has cost so far.
         self.observer = observer
+        # A store failure after which nothing more can be written (full, read-only, a
+        # log that fails its chain check): the run's follower stops at once on it, not
+        # when the run ends (the watcher that got it has stopped ingesting).
+        self.fatal: StoreError | None = None
+        self.fatal_seen = asyncio.Event()
 
     async def open(self, *, new: bool = False) -> int:
         """Read the stream's version; ``new``: the caller knows it has no events yet."""
@@ -47,7 +54,12 @@ class IngestSink:
             self._held = list(events)
             self.appended += len(events)
         else:
-            recorded = await self.store.append(self.stream, self.version, list(events))
+            try:
+                recorded = await self.store.append(self.stream, self.version, list(events))
+            except (StoreUnwritable, LogTampered) as exc:
+                self.fatal = exc
+                self.fatal_seen.set()
+                raise
             self.version = recorded[-1].version
             self.appended += len(recorded)
         if self.observer is not None:

@@ -110,6 +110,9 @@ class CellRunner:
         self._wake = asyncio.Event()
         # Set by an operator's abort: a verify or judge in flight is cancelled.
         self._operator_abort = asyncio.Event()
+        # Set when the daemon stops leaving runs running: the run in flight is no longer
+        # followed (nothing is recorded of it; the next daemon adopts it).
+        self._leave = asyncio.Event()
 
     def request_abort(self, reason: str, *, operator: bool = False) -> None:
         """End the run in flight (or keep one from starting). An operator's abort also
@@ -128,7 +131,9 @@ class CellRunner:
         self.shutdown = True
         self._wake.set()
         run = self.run_in_flight
-        if run is not None and abort_runs:
+        if not abort_runs:
+            self._leave.set()
+        elif run is not None:
             self.request_abort("daemon shutting down")
             if force:
                 run.kill_now()
@@ -392,7 +397,7 @@ class CellRunner:
             else None
         )
         try:
-            end = await run.wait()
+            end = await self._wait_unless_left(run, sink)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -402,9 +407,38 @@ class CellRunner:
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
+        if end is None:
+            # Left running: like a crash for this run, minus the crash. What was ingested
+            # is committed; the next daemon resumes from the logged offsets.
+            if observation is not None:
+                await observation.abort()
+            if sink.fatal is not None:
+                raise sink.fatal
+            log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
+            return
         if observation is not None:
             await observation.close()
         await self._record_end(state, ctx, site, end, sink)
+
+    async def _wait_unless_left(self, run: Run, sink: IngestSink) -> RunEnd | None:
+        """The run's end, or None once the daemon stops leaving runs running, or the
+        store failed under the run's ingestion (nothing more can be recorded)."""
+        if self._leave.is_set() or sink.fatal is not None:
+            return None
+        ended = asyncio.ensure_future(run.wait())
+        left = asyncio.ensure_future(self._leave.wait())
+        failed = asyncio.ensure_future(sink.fatal_seen.wait())
+        try:
+            await asyncio.wait({ended, left, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (left, failed):
+                task.cancel()
+            if not ended.done():
+                ended.cancel()
+            await asyncio.gather(ended, left, failed, return_exceptions=True)
+        if ended.cancelled():
+            return None
+        return ended.result()
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -427,7 +461,11 @@ class CellRunner:
                     reason=end.reason or self.abort_reason,
                 )
             case "lost":
-                outcome = ev.RunAborted(attempt=attempt, rc=None, reason="lost with the daemon")
+                # The executor says what is known (how the wrapper died, or that no daemon
+                # watched it end): "lost with the daemon" only when that is what happened.
+                outcome = ev.RunAborted(
+                    attempt=attempt, rc=None, reason=end.reason or "lost with the daemon"
+                )
             case "not_started":
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
@@ -653,7 +691,11 @@ def _output_capped(
         return []
     return [
         ev.RunOutputCapped(
-            attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
+            attempt=attempt,
+            path=path,
+            cap_bytes=started.output_cap_bytes,
+            cause=cause,
+            kept_bytes=end.kept.get(path),
         )
         for path, cause in end.capped
     ]

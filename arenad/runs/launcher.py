@@ -5,20 +5,21 @@ no-op cell's cost). The daemon starts this module once instead (``python -I -S -
 standard library only, like the wrapper) and asks it for each wrapper; it forks one from
 its already-initialised interpreter (well under a millisecond) and the child runs
 ``wrapper.main`` exactly as a freshly started wrapper would: in a new session, with the
-release pipe as stdin, stdout and stderr on the wrapper log, the agent's environment as its
+release socket as stdin, stdout and stderr on the wrapper log, the agent's environment as its
 own, and no other file descriptor.
 
 Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per packet, each a
 ``marshal``-ed tuple — both ends are the same interpreter):
 
 - daemon -> launcher: ``("spawn", request_id, log_path, wrapper_args, env)`` with the release
-  pipe's read end attached (``SCM_RIGHTS``);
+  socket's wrapper end attached (``SCM_RIGHTS``);
 - launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
   leads its own session and group, so the group can be signalled at once) or
-  ``("error", request_id, message)``, then ``("reaped", pid)`` once that wrapper has exited
-  and been reaped here (the daemon's cue that the run's process group may be empty now).
+  ``("error", request_id, message)``, then ``("reaped", pid, wait_status)`` once that
+  wrapper has exited and been reaped here (the daemon's cue that the run's process group may
+  be empty now, and how the wrapper ended when it left no exit record).
 
-The launcher holds nothing a run depends on: the release pipe's write end stays in the
+The launcher holds nothing a run depends on: the release socket's other end stays in the
 daemon, and a wrapper outlives the launcher (it is reparented, as it would be if the daemon
 had been its parent and died). End-of-file on the socket means the daemon is gone: the
 launcher reaps what has ended and exits.
@@ -61,14 +62,17 @@ def _become_wrapper(
 ) -> int:
     """In the forked child: shed the launcher's state, then be the run wrapper."""
     os.setsid()
-    # Closing this tells the launcher our session exists, so the daemon may signal the group.
-    os.close(ready_fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.dup2(release_fd, 0)
     log_fd = os.open(log, _LOG_FLAGS, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    # This closes ``ready_fd`` too, and that end-of-file is the launcher's cue to say
+    # "spawned": by then the wrapper leads its own group (the daemon may signal it) and
+    # holds its three descriptors and nothing else of the launcher's. (Closed before the
+    # dup2s, the daemon once saw the launcher's descriptors 3-8 still open in a wrapper
+    # it had been told was ready.)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     # The agent is spawned with this environment, and PATH is searched in it.
     os.environ.clear()
@@ -120,8 +124,9 @@ def _spawn(
             os._exit(code)
     os.close(release_fd)
     os.close(ready_w)
-    # Until the child's setsid, its pid names no process group: a daemon that signalled
-    # or probed the group on "spawned" would find nothing. Wait for it (end-of-file).
+    # Until the child's setsid its pid names no process group (a daemon that signalled or
+    # probed the group on "spawned" would find nothing), and until its closerange it still
+    # holds the launcher's descriptors. Wait for both (end-of-file).
     os.read(ready_r, 1)
     os.close(ready_r)
     _send(sock, ("spawned", request_id, pid, _start_ticks(pid)))
@@ -136,12 +141,12 @@ def _send(sock: socket.socket, message: tuple[Any, ...]) -> None:
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _send(sock, ("reaped", pid))
+        _send(sock, ("reaped", pid, status))
 
 
 def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:
@@ -171,4 +176,8 @@ def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:
 
 
 def main(run_wrapper: RunWrapper) -> int:
+    # posix_spawn passes on every inheritable descriptor of the daemon (a test runner's, a
+    # terminal multiplexer's...): the launcher, which outlives nothing but holds them for as
+    # long as the daemon runs, drops them before it forks anything.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     return serve(socket.socket(fileno=0), run_wrapper)

@@ -23,7 +23,9 @@ from arenad.runs import groups
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.launcher_client")
-_Spawned = tuple[int, int | None, "asyncio.Future[None]"]
+# (pid, start ticks, reaped): the reaped future holds the wrapper's wait status, or None
+# when the launcher died before saying (the wrapper was reparented, reaped elsewhere).
+_Spawned = tuple[int, int | None, "asyncio.Future[int | None]"]
 
 WRAPPER = Path(runwrap.__file__).resolve()
 # The launcher imports the wrapper (and is imported itself, so both have cached bytecode);
@@ -54,7 +56,7 @@ class WrapperLauncher:
         self._next_id = 0
         # Request id -> the reply: (pid, start ticks, the wrapper's reaped future).
         self._pending: dict[int, asyncio.Future[_Spawned]] = {}
-        self._reaped: dict[int, asyncio.Future[None]] = {}
+        self._reaped: dict[int, asyncio.Future[int | None]] = {}
 
     @property
     def pid(self) -> int | None:
@@ -63,9 +65,10 @@ class WrapperLauncher:
 
     async def spawn(
         self, log: str, args: list[str], env: Mapping[str, str], release_r: int
-    ) -> tuple[int, int | None, asyncio.Future[None]]:
-        """A new wrapper (pid, start ticks, and a future set once it has been reaped)
-        with ``release_r`` as its stdin; the caller keeps (and closes) its own copy."""
+    ) -> tuple[int, int | None, asyncio.Future[int | None]]:
+        """A new wrapper (pid, start ticks, and a future set to its wait status once it
+        has been reaped) with ``release_r`` as its stdin; the caller keeps (and closes) its
+        own copy."""
         sock = await self._running()
         loop = asyncio.get_running_loop()
         self._next_id += 1
@@ -171,7 +174,7 @@ class WrapperLauncher:
         elif kind == "reaped":
             done = self._reaped.pop(message[1], None)
             if done is not None and not done.done():
-                done.set_result(None)
+                done.set_result(message[2] if len(message) > 2 else None)
 
 
 def _reap_quietly(pid: int) -> None:

@@ -6,14 +6,15 @@ this module had been started afresh with the agent's environment; the wrapper is
 process-group leader and the agent becomes its child in the same group, so one ``killpg``
 reaches both. Four jobs:
 
-1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
-   of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid
-   into it right after ``RunStarted`` (naming that pid) is committed. If the daemon dies
-   first, the pipe reads end-of-file and the wrapper asks the log itself: with a committed
-   ``RunStarted`` for this pid and attempt it starts the agent (the restarted daemon adopts
-   the run); without one it exits having started nothing. So an agent runs if and only if
-   the log records its start: never twice, never unrecorded. (The daemon never closes the
-   pipe unreleased while the wrapper lives: it kills the wrapper first.)
+1. **Start the agent only if the log says it started.** The wrapper's stdin is one end
+   of a socket pair only the daemon holds the other end of. The daemon writes this
+   wrapper's pid into it right after ``RunStarted`` (naming that pid) is committed. If
+   the daemon dies first, the socket reads end-of-file and the wrapper asks the log
+   itself: with a committed ``RunStarted`` for this pid and attempt it starts the agent
+   (the restarted daemon adopts the run); without one it exits having started nothing.
+   So an agent runs if and only if the log records its start: never twice, never
+   unrecorded. (The daemon never closes its end unreleased while the wrapper lives: it
+   kills the wrapper first.)
 2. **Outlive group signals.** SIGTERM, SIGINT and SIGHUP only set a flag here (the agent
    gets them with default handling), so the wrapper survives a timeout or abort long enough
    to record how the agent ended. SIGKILL ends both. A signal before the release means the
@@ -21,8 +22,15 @@ reaches both. Four jobs:
 3. **Record the exit.** When the agent ends, the wrapper writes the exit record
    (``exit.json``, atomically: temp file, fsync, rename) that a restarted daemon reads.
    The record's keys are ``wrapper_pid``, ``started`` (bool), ``pid`` (the agent's),
-   ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, and ``error`` when
-   the agent could not be started.
+   ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, ``error`` when
+   the agent could not be started, and ``capped`` / ``kept`` (per output file cut: the
+   cause, and the bytes the file kept) when output was dropped.
+   **A record that cannot be written** (disk full) is not lost: the wrapper sends it, as
+   one JSON line with ``exit_file_error`` added, back through its stdin (the daemon's end
+   of a socket pair) and keeps it, trying the file again every second until it can write
+   it; the daemon that reads it ends the wrapper with SIGTERM (it has the record). With no
+   daemon there (the socket's other end is gone), the next daemon adopts a live wrapper
+   and reads the file once the disk has room.
 4. **Cap the agent's output.** The agent's stdout and stderr are pipes that the wrapper
    copies into their files, up to ``--cap`` bytes each (no cap if negative, the default).
    Past the cap the output is still read, so the agent never blocks, but dropped; the
@@ -53,12 +61,23 @@ NOT_STARTED_EXIT = 3
 CAPPED_SUFFIX = ".capped"
 # How long output is still copied after the agent exited while a leftover holds its pipes.
 LEFTOVER_DRAIN_S = 1.0
+# How often an exit record that could not be written (disk full) is tried again.
+EXIT_RETRY_S = 1.0
 _terminate = False
 
 
 def _on_signal(signum: int, frame: object) -> None:
     global _terminate
     _terminate = True
+
+
+def _say(message: str) -> None:
+    """A line in the wrapper's log, if it can be written (not on a full disk: that must
+    not stop the wrapper from doing its jobs)."""
+    try:  # noqa: SIM105  (contextlib is not imported on the wrapper's common path)
+        os.write(2, f"runwrap: {message}\n".encode(errors="replace"))
+    except OSError:
+        pass
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -81,7 +100,7 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 def _json(record: dict[str, object]) -> str:
     # Hand-made on the common path: importing json (and re with it) would double the
     # wrapper's start-up time, paid once per agent run. Values are ints, bools, None.
-    if "error" in record:
+    if not all(v is None or isinstance(v, int) for v in record.values()):
         import json
 
         return json.dumps(record, sort_keys=True)
@@ -100,13 +119,54 @@ def _scalar(value: object) -> str:
 
 def _write_exit_record(path: str, record: dict[str, object]) -> None:
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, (_json(record) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = (_json(record) + "\n").encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(28, os.strerror(28))  # a short write: only a full disk does it
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:  # noqa: SIM105  (no contextlib here: see _say)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _finish(path: str, record: dict[str, object]) -> None:
+    """Write the exit record; if it cannot be written, hand it to the daemon and keep
+    trying (see the module docstring, job 3)."""
+    try:
+        _write_exit_record(path, record)
+        return
+    except OSError as exc:
+        error = exc.strerror or str(exc)
+    _say(f"cannot write {path}: {error}; sent to the daemon, kept")
+    try:  # noqa: SIM105  (no contextlib here: see _say)
+        # Into the socket pair that released us, to the daemon's end (a socket whose
+        # daemon is gone refuses, as does a pipe: then the file is all there is).
+        os.write(0, (_json({**record, "exit_file_error": error}) + "\n").encode())
+    except OSError:
+        pass
+    import select
+
+    while not _terminate:
+        select.select([], [], [], EXIT_RETRY_S)
+        try:
+            _write_exit_record(path, record)
+            return
+        except OSError:
+            continue
+    # Ended by a signal (the daemon has the record, or whoever sent it wants us gone):
+    # one last try.
+    try:
+        _write_exit_record(path, record)
+    except OSError:
+        _say(f"{path} never written ({error})")
 
 
 def _start_recorded(store: str, stream: str, attempt: int) -> bool:
@@ -129,7 +189,7 @@ def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     except sqlite3.Error as exc:
         # Unknowable: starting could run the agent twice, not starting loses nothing
         # that was paid for (the next daemon sees a run that never began).
-        sys.stderr.write(f"runwrap: cannot read the log at {store}: {exc}\n")
+        _say(f"cannot read the log at {store}: {exc}")
         return False
     me = os.getpid()
     for (payload,) in rows:
@@ -172,6 +232,9 @@ class _CappedFile:
         self.room = cap
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.dropped_at: float | None = None
+        # Why bytes were first dropped (None: none were), and how many the file kept.
+        self.cause: str | None = None
+        self.kept = 0
 
     def write(self, chunk: bytes) -> None:
         keep = chunk if self.room < 0 else chunk[: self.room]
@@ -182,7 +245,9 @@ class _CappedFile:
         view = memoryview(keep)
         try:
             while view:
-                view = view[os.write(self.fd, view) :]
+                written = os.write(self.fd, view)
+                self.kept += written
+                view = view[written:]
         except OSError as exc:
             # Disk full, a quota, an I/O error: the agent must not notice (it would have
             # before, writing the file itself); the rest of this stream is read and dropped.
@@ -192,6 +257,8 @@ class _CappedFile:
     def _dropped(self, cause: str) -> None:
         marker = self.path + CAPPED_SUFFIX
         now = time.monotonic()
+        if self.cause is None:
+            self.cause = cause
         try:
             if self.dropped_at is None:
                 self.dropped_at = now
@@ -204,7 +271,7 @@ class _CappedFile:
                 self.dropped_at = now
                 os.utime(marker)
         except OSError as exc:
-            sys.stderr.write(f"runwrap: {self.path}: output dropped ({cause}); marker: {exc}\n")
+            _say(f"{self.path}: output dropped ({cause}); marker: {exc}")
 
 
 def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _CappedFile]]:
@@ -246,9 +313,9 @@ def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _Ca
     return pid, pipes
 
 
-def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
+def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> tuple[int, list[_CappedFile]]:
     """Copy the agent's output into its files until it has exited and its pipes are
-    drained; return its wait status.
+    drained; return its wait status (and the files).
 
     The pipes normally reach end-of-file as the agent exits. A leftover child of the agent
     may hold them open: its output is then copied for a short while, and the daemon ends
@@ -279,23 +346,31 @@ def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
         for fd in [pidfd, *pipes, *(file.fd for file in files)]:
             os.close(fd)
     assert status is not None  # the loop ends only once the agent has been waited for
-    return status
+    return status, files
 
 
 def main(argv: list[str]) -> int:
+    # The agent must inherit nothing but its three standard descriptors: whoever started
+    # this wrapper (the launcher's fork, or a fresh interpreter) may have left others open,
+    # and everything the wrapper opens itself is close-on-exec.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     opts, command = _parse(argv)
     for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
         _signal.signal(sig, _on_signal)
     exit_file = opts["exit-file"]
-    me = {"wrapper_pid": os.getpid()}
+    me: dict[str, object] = {"wrapper_pid": os.getpid()}
     if not _wait_for_release(opts):
-        _write_exit_record(exit_file, {**me, "started": False, "error": "not released"})
+        # Nothing ran, so nothing is owed to anyone: written if it can be, not kept.
+        try:
+            _write_exit_record(exit_file, {**me, "started": False, "error": "not released"})
+        except OSError as exc:
+            _say(f"cannot write {exit_file}: {exc.strerror or exc}")
         return NOT_STARTED_EXIT
     try:
         os.chdir(opts["cwd"])
         pid, pipes = _spawn(opts, command)
     except OSError as exc:
-        _write_exit_record(
+        _finish(
             exit_file,
             {
                 **me,
@@ -305,20 +380,23 @@ def main(argv: list[str]) -> int:
             },
         )
         return 127
-    status = _copy_until_exit(pid, pipes)
+    status, files = _copy_until_exit(pid, pipes)
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    _write_exit_record(
-        exit_file,
-        {
-            **me,
-            "started": True,
-            "pid": pid,
-            "exit_status": exit_status,
-            "term_signal": term_signal,
-            "ended_at_ms": time.time_ns() // 1_000_000,
-        },
-    )
+    record: dict[str, object] = {
+        **me,
+        "started": True,
+        "pid": pid,
+        "exit_status": exit_status,
+        "term_signal": term_signal,
+        "ended_at_ms": time.time_ns() // 1_000_000,
+    }
+    cut = [f for f in files if f.cause is not None]
+    if cut:
+        # Here too, not only in the markers: on a full disk a marker may exist but be empty.
+        record["capped"] = {f.path: f.cause for f in cut}
+        record["kept"] = {f.path: f.kept for f in cut}
+    _finish(exit_file, record)
     return exit_status if exit_status is not None else 128 + (term_signal or 0)
 
 

@@ -172,6 +172,17 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         kind="step_start",
         observed_at_ms=1_700_000_000_500,
     ),
+    ingest.LineOversized: lambda a: ingest.LineOversized(
+        source="stdout",
+        path="stdout.jsonl",
+        offset=42,
+        length=52_428_800,
+        sha256="a" * 64,
+        head="AAAA",
+        encoding="base64",
+        limit_bytes=1 << 20,
+        observed_at_ms=1_700_000_000_500,
+    ),
     ingest.LineMalformed: lambda a: ingest.LineMalformed(
         source="stdout", path="stdout.jsonl", offset=42, length=5, raw="{oops", error="bad JSON"
     ),
