@@ -28,6 +28,7 @@ Messages are plain dicts in exactly that key order (ledger bytes are compared).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -48,6 +49,24 @@ ChatMessage = dict[str, Any]
 _DROPPED_PART_TYPES = frozenset({"step-finish", "snapshot", "patch"})
 
 
+class _Part(msgspec.Struct):
+    """The keys of a part's data the rules read (others are skipped, not built)."""
+
+    type: Any = None
+    text: Any = None
+    callID: Any = None  # opencode's key
+    tool: Any = None
+    state: Any = None
+
+
+class _MessageData(msgspec.Struct):
+    role: Any = None
+
+
+_decode_part = msgspec.json.Decoder(_Part).decode
+_decode_message = msgspec.json.Decoder(_MessageData).decode
+
+
 def _object_or_none(text: str) -> dict[str, Any] | None:
     try:
         value = js_parse(text)
@@ -56,14 +75,43 @@ def _object_or_none(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _js_prop(value: object, key: str) -> Any:
-    """``value?.[key]`` for a parsed JSON value (only objects have JSON properties)."""
-    return value.get(key) if isinstance(value, dict) else None
+def _part(text: str) -> _Part | None:
+    """A part's data, or None when it is not a JSON object (the part is skipped).
+
+    msgspec reads the keys the rules use straight into a struct (the last of duplicate
+    keys wins, as in JSON.parse); a text it refuses — not an object, not JSON, or a
+    number JSON.parse reads as Infinity — is read again by ``js_parse``, which decides.
+    """
+    try:
+        return _decode_part(text)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    value = _object_or_none(text)
+    if value is None:
+        return None
+    get = value.get
+    return _Part(
+        type=get("type"),
+        text=get("text"),
+        callID=get("callID"),
+        tool=get("tool"),
+        state=get("state"),
+    )
 
 
-def _tool_name(part: dict[str, Any]) -> Any:
+def _role(text: str) -> Any:
+    """A message's ``role``; None when its data is not a JSON object (it is skipped)."""
+    try:
+        return _decode_message(text).role
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    value = _object_or_none(text)
+    return value.get("role") if value is not None else None
+
+
+def _tool_name(part: _Part) -> Any:
     # ``part.tool ?? "unknown"``: a non-string name is kept as it is, like JS does.
-    name = part.get("tool")
+    name = part.tool
     return "unknown" if name is None else name
 
 
@@ -75,28 +123,30 @@ def _tool_output(output: object) -> str:
     return js_stringify(output)
 
 
-def _step_messages(step: list[dict[str, Any]]) -> list[ChatMessage]:
-    reasoning = "\n".join(
-        p["text"]
-        for p in step
-        if p.get("type") == "reasoning" and isinstance(p.get("text"), str) and p["text"]
-    )
-    text = "\n".join(
-        p["text"] for p in step if p.get("type") == "text" and isinstance(p.get("text"), str)
-    )
-    tool_parts = [p for p in step if p.get("type") == "tool" and isinstance(p.get("callID"), str)]
-    if not reasoning and not text and not tool_parts:
-        return []
+def _state_prop(part: _Part, key: str) -> Any:
+    """``part.state?.[key]`` (only an object has JSON properties)."""
+    state = part.state
+    return state.get(key) if type(state) is dict else None
+
+
+def _emit_step(
+    reasoning: list[str], texts: list[str], tools: list[_Part], out: list[ChatMessage]
+) -> None:
+    """One step's assistant message, then its tool results; nothing for an empty step."""
+    text = "\n".join(texts)
+    joined_reasoning = "\n".join(reasoning)
+    if not joined_reasoning and not text and not tools:
+        return
     assistant: ChatMessage = {"role": "assistant", "content": text if text else None}
-    if reasoning:
-        assistant["reasoning_content"] = reasoning
-    if tool_parts:
+    if joined_reasoning:
+        assistant["reasoning_content"] = joined_reasoning
+    if tools:
         calls = []
-        for p in tool_parts:
-            arguments = _js_prop(p.get("state"), "input")
+        for p in tools:
+            arguments = _state_prop(p, "input")
             calls.append(
                 {
-                    "id": p["callID"],
+                    "id": p.callID,
                     "type": "function",
                     "function": {
                         "name": _tool_name(p),
@@ -105,36 +155,44 @@ def _step_messages(step: list[dict[str, Any]]) -> list[ChatMessage]:
                 }
             )
         assistant["tool_calls"] = calls
-    out = [assistant]
-    for p in tool_parts:
+    out.append(assistant)
+    for p in tools:
         out.append(
             {
                 "role": "tool",
-                "tool_call_id": p["callID"],
+                "tool_call_id": p.callID,
                 "name": _tool_name(p),
-                "content": _tool_output(_js_prop(p.get("state"), "output")),
+                "content": _tool_output(_state_prop(p, "output")),
             }
         )
-    return out
 
 
-def _assistant_messages(parts: list[dict[str, Any]]) -> list[ChatMessage]:
-    steps: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
+def _assistant_messages(parts: list[_Part], out: list[ChatMessage]) -> None:
+    # One pass: a step-start closes the step before it (parts before the first one form
+    # an implicit step); dropped part types take no part in any step.
+    reasoning: list[str] = []
+    texts: list[str] = []
+    tools: list[_Part] = []
     for part in parts:
-        kind = part.get("type")
-        if kind == "step-start":
-            if current:
-                steps.append(current)
-            current = []
-        elif kind not in _DROPPED_PART_TYPES:
-            current.append(part)
-    if current:
-        steps.append(current)
-    out: list[ChatMessage] = []
-    for step in steps:
-        out.extend(_step_messages(step))
-    return out
+        kind = part.type
+        if kind == "text":
+            if type(part.text) is str:
+                texts.append(part.text)
+        elif kind == "tool":
+            if type(part.callID) is str:
+                tools.append(part)
+        elif kind == "reasoning":
+            if type(part.text) is str and part.text:
+                reasoning.append(part.text)
+        elif kind == "step-start" and (reasoning or texts or tools):
+            _emit_step(reasoning, texts, tools, out)
+            reasoning, texts, tools = [], [], []
+    if reasoning or texts or tools:
+        _emit_step(reasoning, texts, tools, out)
+
+
+_BY_TIME_THEN_ID = attrgetter("time_created", "id")
+_BY_ID = attrgetter("id")
 
 
 def opencode_chat_messages(
@@ -142,30 +200,31 @@ def opencode_chat_messages(
 ) -> list[ChatMessage]:
     """One session's captured rows as canonical messages (see the module docstring)."""
     by_message: dict[str, list[PartRow]] = {}
-    for part in parts:
-        by_message.setdefault(part.message_id, []).append(part)
+    for part_row in parts:
+        rows = by_message.get(part_row.message_id)
+        if rows is None:
+            by_message[part_row.message_id] = [part_row]
+        else:
+            rows.append(part_row)
     out: list[ChatMessage] = []
-    for row in sorted(messages, key=lambda m: (m.time_created, m.id)):
-        data = _object_or_none(row.data)
-        if data is None:
-            continue
-        role = data.get("role")
+    for row in sorted(messages, key=_BY_TIME_THEN_ID):
+        role = _role(row.data)
         if role != "user" and role != "assistant":
             continue
-        parsed: list[dict[str, Any]] = []
-        for part in sorted(by_message.get(row.id, ()), key=lambda p: p.id):
-            value = _object_or_none(part.data)
-            if value is not None:
-                parsed.append(value)
+        rows = by_message.get(row.id)
+        parsed: list[_Part] = []
+        if rows:
+            if len(rows) > 1:
+                rows.sort(key=_BY_ID)
+            for part_row in rows:
+                part = _part(part_row.data)
+                if part is not None:
+                    parsed.append(part)
         if role == "user":
-            content = "\n".join(
-                p["text"]
-                for p in parsed
-                if p.get("type") == "text" and isinstance(p.get("text"), str)
-            )
-            out.append({"role": "user", "content": content})
+            texts = [p.text for p in parsed if p.type == "text" and type(p.text) is str]
+            out.append({"role": "user", "content": "\n".join(texts)})
         else:
-            out.extend(_assistant_messages(parsed))
+            _assistant_messages(parsed, out)
     return out
 
 
