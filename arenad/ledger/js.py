@@ -33,6 +33,7 @@ import msgspec
 
 __all__ = [
     "MAX_TIME_MS",
+    "PlainJsonList",
     "iso_ms",
     "js_date_parse",
     "js_number",
@@ -231,6 +232,14 @@ def _js_stringify_python(value: Any) -> str:
     return "".join(out)
 
 
+class PlainJsonList(list[Any]):
+    """A list its maker vouches for: only dicts whose keys are strs not starting with a
+    digit, lists of the same, strs, bools, None and ints within ±2**53 — no float, no
+    other type. msgspec writes such a value byte for byte as JSON.stringify does, so
+    ``js_stringify`` takes it without walking it (a transcript's messages: the bulk of a
+    ledger). A lone surrogate in a string is still caught: msgspec refuses it."""
+
+
 class _NeedsPython(Exception):
     """A value msgspec would not write as JSON.stringify does, and that is not worth
     patching in place (rare: non-str keys, array-index keys, tuples, subclasses)."""
@@ -263,6 +272,8 @@ def _msgspec_ready(value: Any) -> Any:
         if 1e-5 <= abs(value) < 1e15 and not value.is_integer():
             return value
         return _raw_number(value)
+    if isinstance(value, PlainJsonList):
+        return value
     raise _NeedsPython
 
 

@@ -28,13 +28,13 @@ Decisions (the backfill seed brought to the current schema):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Literal
 
 import msgspec
 
-from arenad.ledger.js import iso_ms, js_round
+from arenad.ledger.js import iso_ms, js_parse, js_round
 from arenad.ledger.lines import (
     Artifacts,
     Cost,
@@ -55,8 +55,9 @@ from arenad.ledger.opencode_transcript import (
     OpencodeSessionInfo,
     capture_chat_messages,
     opencode_session_info,
+    session_time_created,
 )
-from arenad.ledger.rollout import rollout_id
+from arenad.ledger.rollout import join_messages, rollout_id
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
@@ -136,12 +137,16 @@ def _reward(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Number | None, str
 
 
 def _verdict_value(verdict: ev.JudgeVerdictRecorded | None) -> Any:
+    """The verdict document as JSON.parse reads it; kept as its text when it is not JSON."""
     if verdict is None:
         return None
     try:
-        return json.loads(verdict.verdict_json)
+        return js_parse(verdict.verdict_json)
     except ValueError:
         return verdict.verdict_json
+
+
+_BY_SEQ = attrgetter("seq")
 
 
 def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _Attempt]]:
@@ -151,7 +156,7 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
     def at(n: int) -> _Attempt:
         return attempts.setdefault(n, _Attempt())
 
-    for rec in sorted(records, key=lambda r: r.seq):
+    for rec in sorted(records, key=_BY_SEQ):
         e = rec.event
         match e:
             case ev.CellSubmitted():
@@ -190,7 +195,7 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
 
 
 def _time_key(s: cap.AgentSessionCaptured) -> tuple[float, str]:
-    return (float(opencode_session_info(s.row).time_created), s.session_id)
+    return (float(session_time_created(s.row)), s.session_id)
 
 
 # --------------------------------------------------------------------------- sections
@@ -300,9 +305,7 @@ def _agent_line(
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
-    messages: list[Any] = []
-    for s in [*roots, *children]:
-        messages.extend(capture_chat_messages(s))
+    messages = join_messages(capture_chat_messages(s) for s in [*roots, *children])
     root_id = roots[0].session_id if roots else None
     gap: str | None = None
     if not messages:
