@@ -361,11 +361,17 @@ def project_ledger(
         list[str] | None, typer.Option("--cell", help="Only these cells (repeatable).")
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="The ledger's run_id.")] = None,
+    campaign: Annotated[
+        str | None,
+        typer.Option(
+            "--campaign", help="Only this campaign's cells (no other campaign's events read)."
+        ),
+    ] = None,
 ) -> None:
     from arenad.ledger.project import stats_json
     from arenad.ledger.service import project_ledger as project
 
-    stats = run(project(_ctx.home, out, cell or [], run_id))
+    stats = run(project(_ctx.home, out, cell or [], run_id, campaign))
     typer.echo(stats_json(stats))
 
 

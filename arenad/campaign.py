@@ -23,10 +23,18 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [candidate]                       # optional: the improvement-loop candidate evaluated
+    generation = 0                    # -1 with index = -1: the baseline
+    index = 3
+    id = "gen0-cand3"                 # default: gen<generation>-cand<index> (or baseline)
+
     [[arms]]
     name = "SOLO"
     kind = "solo"                     # solo | supervisor | command
     model = "scripted/fixer"
+
+Without ``[candidate]`` the ledger takes the candidate from the campaign name when it is
+``baseline`` or ``gen<G>-cand<C>`` (the names the proposer uses), else none.
 """
 
 from __future__ import annotations
@@ -43,12 +51,14 @@ import msgspec
 
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
+from arenad.proposer.layout import candidate_id
 from events.specs import (
     DEFAULT_EXCLUDES,
     DEFAULT_MAX_OUTPUT_BYTES,
     SUPERVISOR_DEFAULT_ENV_KNOBS,
     WORKER_PROMPT_SUFFIX,
     ArmSpec,
+    CandidateSpec,
     CellSpec,
     CommandArm,
     InstanceSpec,
@@ -137,6 +147,12 @@ class JudgeFile(_Strict, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class CandidateFile(_Strict, frozen=True, kw_only=True):
+    generation: int
+    index: int
+    id: str | None = None
+
+
 class CampaignFile(_Strict, frozen=True, kw_only=True):
     name: str
     suite: str = "swe-bench-verified"
@@ -154,6 +170,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
+    candidate: CandidateFile | None = None
     arms: list[ArmFile]
 
 
@@ -381,6 +398,24 @@ def _materializer(
     return MaterializerSpec(kind="image")
 
 
+def _candidate(parsed: CandidateFile | None, where: str) -> CandidateSpec | None:
+    if parsed is None:
+        return None
+    baseline = (parsed.generation, parsed.index) == (-1, -1)
+    if not baseline and (parsed.generation < 0 or parsed.index < 0):
+        raise CampaignError(
+            f"{where}: [candidate] generation and index must be at least 0"
+            " (both -1 for the baseline)"
+        )
+    if parsed.id is not None and not parsed.id:
+        raise CampaignError(f"{where}: [candidate] id must not be empty")
+    return CandidateSpec(
+        id=parsed.id if parsed.id is not None else candidate_id(parsed.generation, parsed.index),
+        generation=parsed.generation,
+        index=parsed.index,
+    )
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file; raise CampaignError naming what and where."""
     where = str(path)
@@ -436,6 +471,7 @@ def load_campaign(path: Path) -> Campaign:
         if parsed.judge
         else None
     )
+    candidate = _candidate(parsed.candidate, where)
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
     if parsed.materializer is not None and parsed.materializer.kind == "image":
         # Recorded in the spec, so a rerun uses the same image even if the rule changes.
@@ -458,6 +494,7 @@ def load_campaign(path: Path) -> Campaign:
             max_output_bytes=parsed.max_output_bytes,
             judge=judge,
             experiment_id=parsed.experiment_id,
+            candidate=candidate,
         )
         for instance in instances
         for arm in arms

@@ -184,7 +184,9 @@ def cell_requests(i: int, messages: int) -> list[Any]:
         ev.ProvenanceRecorded(attempt=1, repo="/srv/widgets", commit="c0ffee" * 6 + "abcd"),
         ev.RunCompleted(attempt=1, rc=0, wall_s=95.5),
     ]
-    worker_cwds = [f"{run_dir}/w{k}" for k in range(3)]
+    # Two workers with sessions; in one cell of four a third whose cwd has none, as the
+    # recovery records it (listed in worker_cwds and unmatched).
+    worker_cwds = [f"{run_dir}/w{k}" for k in range(3 if i % 4 == 3 else 2)]
     if supervisor:
         events.append(
             ev.SupervisorOutcome(

@@ -1,5 +1,22 @@
-"""The ledger's I/O edge: open the store, read one cell's streams at a time, call the pure
-projection (``arenad.ledger.project``), write the ledger atomically; record a verdict."""
+"""The ledger's I/O edge: open the store, read the cells' streams a batch at a time, call
+the pure projection (``arenad.ledger.project``), write the ledger atomically; record a
+verdict.
+
+Run ids. A line's ``run_id`` is ``--run-id`` when given; else it is derived from the
+log alone and never changes once the log has begun:
+
+- a cell line: ``arenad:<home id>:<campaign>``, so it depends on the cell's campaign and
+  the home, never on which other campaigns the home holds (submitting one changes no
+  other campaign's ids);
+- a proposer line: ``arenad:<home id>`` (a shot belongs to the home's improvement loop,
+  not to one campaign);
+- the home id: the first 16 hex digits of the hash of the log's first row (the chain
+  hash ``arenad.store.chain`` keeps for every row: fixed once written, and the chain
+  proves it unchanged). No home-id event is needed; a log without rows has no lines.
+
+Rollout ids are UUIDv5s over (run_id, cell, attempt, role, session), so they are stable
+exactly as long as the run id is: for ever by default.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +35,7 @@ from arenad.cell_writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.judge import VerdictError, parse_verdict
-from arenad.ledger.project import LedgerStats, cell_resolution, new_stats, project_cell
+from arenad.ledger.project import LedgerStats, cell_projection, new_stats
 from arenad.ledger.proposer import (
     CandidateTally,
     CapturedTranscript,
@@ -31,13 +48,17 @@ from arenad.ledger.rollout import (
 )
 from arenad.proposer.layout import SHOT_PREFIX, TRANSCRIPT_PREFIX, claude_project_slug
 from arenad.store.base import EventStore
+from arenad.store.chain import GENESIS, row_hash
+from arenad.store.sqlite import SqliteEventStore
 from events.base import Recorded
 from events.capture import ProposerShotCaptured
-from events.cell import JudgeVerdictRecorded
-from events.codec import event_tag_of_type
+from events.cell import CellSubmitted, JudgeVerdictRecorded
+from events.codec import encode_event, event_tag_of_type
+from events.specs import SupervisorArm
 
 __all__ = [
     "default_run_id",
+    "home_id",
     "project_ledger",
     "project_store",
     "record_verdict",
@@ -51,10 +72,46 @@ CAPTURE_PREFIX = "capture/"
 READ_BATCH_CELLS = 32
 
 
-def default_run_id(cell_ids: Sequence[str]) -> str:
-    """``arenad:<campaign>[+<campaign>…]`` over every cell in the log (sorted, deduplicated)."""
-    campaigns = sorted({c.split(":", 1)[0] for c in cell_ids})
-    return "arenad:" + "+".join(campaigns) if campaigns else "arenad:empty"
+INGEST_PREFIX = "ingest/"
+
+
+def default_run_id(home_id: str, campaign: str | None = None) -> str:
+    """The default ``run_id`` of a campaign's lines, or of the proposer lines (None)."""
+    return f"arenad:{home_id}" if campaign is None else f"arenad:{home_id}:{campaign}"
+
+
+async def home_id(store: EventStore) -> str:
+    """The home's id (see the module docstring); ``empty`` for a log with no row yet."""
+    if isinstance(store, SqliteEventStore):
+        rows = list(
+            await store.connection.execute_fetchall("SELECT hash FROM events ORDER BY seq LIMIT 1")
+        )
+        return bytes(rows[0][0]).hex()[:16] if rows else "empty"
+    # A store that keeps no hashes (the in-memory one): the hash the chain would give it.
+    rows_after = store.read_all(0, batch_size=1)
+    try:
+        first = await anext(rows_after, None)
+    finally:
+        aclose = getattr(rows_after, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if first is not None:
+        digest = row_hash(
+            GENESIS,
+            first.seq,
+            first.stream,
+            first.version,
+            first.tag,
+            first.schema_version,
+            first.recorded_at_ms,
+            encode_event(first.event),
+        )
+        return digest.hex()[:16]
+    return "empty"
+
+
+def _campaign_of(cell_id: str) -> str:
+    return cell_id.split(":", 1)[0]
 
 
 def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
@@ -68,11 +125,11 @@ def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
     return (parts[0], "", "", -1, cell_id)
 
 
-def _captures_by_cell(streams: Iterable[str]) -> dict[str, list[str]]:
-    """``capture/<cell>/<attempt>`` streams grouped by cell."""
+def _streams_by_cell(streams: Iterable[str], prefix: str) -> dict[str, list[str]]:
+    """``<prefix><cell>/<attempt>`` streams grouped by cell."""
     out: dict[str, list[str]] = {}
     for stream in streams:
-        cell_id = stream[len(CAPTURE_PREFIX) :].rpartition("/")[0]
+        cell_id = stream[len(prefix) :].rpartition("/")[0]
         out.setdefault(cell_id, []).append(stream)
     return out
 
@@ -168,25 +225,46 @@ async def _read_cells(
     return by_cell
 
 
-async def project_store(
-    store: EventStore, out: Path, cells: Sequence[str] = (), run_id: str | None = None
-) -> LedgerStats:
-    """Project ``store`` into ``out``: every cell's lines, then (without a ``cells``
-    filter) one proposer line per captured shot receipt.
+def _is_supervisor_cell(records: Sequence[Recorded]) -> bool:
+    return any(
+        isinstance(r.event, CellSubmitted) and isinstance(r.event.spec.arm, SupervisorArm)
+        for r in records
+    )
 
-    Memory is bounded by a batch of cells (or one worktree's transcripts), never the
-    log: cells are read ``READ_BATCH_CELLS`` at a time, the next batch while this one is
-    projected, and lines go to the file as they are made.
+
+async def project_store(
+    store: EventStore,
+    out: Path,
+    cells: Sequence[str] = (),
+    run_id: str | None = None,
+    campaign: str | None = None,
+) -> LedgerStats:
+    """Project ``store`` into ``out``: every cell's lines, then (without a ``cells`` or
+    ``campaign`` filter) one proposer line per captured shot receipt.
+
+    ``campaign`` projects that campaign's cells alone, reading no other campaign's
+    streams; its lines are byte for byte those the whole ledger holds for it.
+
+    Memory is bounded by a batch of cells (or one supervisor cell's ingested lines, or
+    one worktree's transcripts), never the log: cells are read ``READ_BATCH_CELLS`` at a
+    time, the next batch while this one is projected, and lines go to the file as they
+    are made.
     """
-    all_cells = [s[len(CELL_PREFIX) :] for s in await store.streams(CELL_PREFIX)]
+    scope = f"{campaign}:" if campaign is not None else ""
+    all_cells = [s[len(CELL_PREFIX) :] for s in await store.streams(CELL_PREFIX + scope)]
+    if campaign is not None and not all_cells:
+        raise UserError(f"no such campaign: {campaign}")
     known = set(all_cells)
     unknown = sorted(c for c in set(cells) if c not in known)
     if unknown:
-        raise UserError(f"no such cell: {unknown[0]}")
+        where = f" in campaign {campaign}" if campaign is not None else ""
+        raise UserError(f"no such cell{where}: {unknown[0]}")
     chosen = sorted(set(cells) if cells else known, key=_cell_order)
-    captures = _captures_by_cell(await store.streams(CAPTURE_PREFIX))
-    rid = run_id if run_id else default_run_id(all_cells)
-    with_proposers = not cells
+    captures = _streams_by_cell(await store.streams(CAPTURE_PREFIX + scope), CAPTURE_PREFIX)
+    ingests = _streams_by_cell(await store.streams(INGEST_PREFIX + scope), INGEST_PREFIX)
+    home = await home_id(store) if not run_id else ""
+    run_ids: dict[str, str] = {}
+    with_proposers = not cells and campaign is None
     stats = new_stats()
     ledger = _LedgerFile(out)
     try:
@@ -207,27 +285,23 @@ async def project_store(
                     else None
                 )
                 for cid in batch:
-                    for line in project_cell(cid, records[cid], rid, stats):
+                    cell_records = records[cid]
+                    if cid in ingests and _is_supervisor_cell(cell_records):
+                        # A supervisor's figures are folded over its ingested journal: read
+                        # for this cell alone (a long run ingests many lines).
+                        for stream in ingests[cid]:
+                            cell_records.extend(await store.read_stream(stream))
+                    c = _campaign_of(cid)
+                    rid = run_id or run_ids.setdefault(c, default_run_id(home, c))
+                    lines, resolution = cell_projection(cid, cell_records, rid, stats)
+                    for line in lines:
                         ledger.write(line)
-                    if with_proposers and candidates.wants(cid):
-                        resolution = cell_resolution(records[cid])
-                        if resolution is not None:
-                            candidates.add(resolution)
+                    if with_proposers and resolution is not None:
+                        candidates.add(resolution)
             if with_proposers:
-                # Proposer lines last, by receipt path; the shots of one worktree are adjacent,
-                # so its parsed transcripts are kept for the next shot and then dropped.
-                slug: str | None = None
-                transcripts: list[CapturedTranscript] = []
-                for stream in await store.streams(SHOT_PREFIX):
-                    shot = await _latest(store, stream)
-                    event = shot.event
-                    assert isinstance(event, ProposerShotCaptured)
-                    wanted = claude_project_slug(event.worktree) if event.worktree else None
-                    if wanted != slug:
-                        slug = wanted
-                        transcripts = await _project_transcripts(store, slug) if slug else []
-                    candidate = candidates.outcome(event.generation, event.candidate_index)
-                    ledger.write(project_shot(shot, transcripts, candidate, rid, stats))
+                await _proposer_lines(
+                    store, ledger, candidates, run_id or default_run_id(home), stats
+                )
         # Every line was validated as it was made (naming its cell or shot): not twice.
         await asyncio.to_thread(ledger.commit)
     except BaseException:
@@ -236,11 +310,38 @@ async def project_store(
     return stats
 
 
+async def _proposer_lines(
+    store: EventStore,
+    ledger: _LedgerFile,
+    candidates: CandidateTally,
+    run_id: str,
+    stats: LedgerStats,
+) -> None:
+    """Proposer lines last, by receipt path; the shots of one worktree are adjacent, so
+    its parsed transcripts are kept for the next shot and then dropped."""
+    slug: str | None = None
+    transcripts: list[CapturedTranscript] = []
+    for stream in await store.streams(SHOT_PREFIX):
+        shot = await _latest(store, stream)
+        event = shot.event
+        assert isinstance(event, ProposerShotCaptured)
+        wanted = claude_project_slug(event.worktree) if event.worktree else None
+        if wanted != slug:
+            slug = wanted
+            transcripts = await _project_transcripts(store, slug) if slug else []
+        candidate = candidates.outcome(event.generation, event.candidate_index)
+        ledger.write(project_shot(shot, transcripts, candidate, run_id, stats))
+
+
 async def project_ledger(
-    home: Home, out: Path, cells: Sequence[str] = (), run_id: str | None = None
+    home: Home,
+    out: Path,
+    cells: Sequence[str] = (),
+    run_id: str | None = None,
+    campaign: str | None = None,
 ) -> LedgerStats:
     async with open_store(home) as store:
-        return await project_store(store, out, cells, run_id)
+        return await project_store(store, out, cells, run_id, campaign)
 
 
 def _read_verdict(path: Path) -> str:
