@@ -125,15 +125,6 @@ def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
     return (parts[0], "", "", -1, cell_id)
 
 
-def _streams_by_cell(streams: Iterable[str], prefix: str) -> dict[str, list[str]]:
-    """``<prefix><cell>/<attempt>`` streams grouped by cell."""
-    out: dict[str, list[str]] = {}
-    for stream in streams:
-        cell_id = stream[len(prefix) :].rpartition("/")[0]
-        out.setdefault(cell_id, []).append(stream)
-    return out
-
-
 async def _latest(store: EventStore, stream: str) -> Recorded:
     """A stream's last event only: a transcript stream holds many snapshots."""
     version = await store.stream_version(stream)
@@ -204,24 +195,34 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-async def _read_cells(
-    store: EventStore, cell_ids: Sequence[str], captures: Mapping[str, list[str]]
-) -> dict[str, list[Recorded]]:
+def _attempts(records: Iterable[Recorded]) -> list[int]:
+    """The attempts a cell stream names (the ones whose capture streams can matter: a
+    capture of an attempt its cell never opened gives no line)."""
+    found: set[int] = set()
+    for rec in records:
+        attempt = getattr(rec.event, "attempt", None)
+        if type(attempt) is int:
+            found.add(attempt)
+    return sorted(found)
+
+
+async def _read_cells(store: EventStore, cell_ids: Sequence[str]) -> dict[str, list[Recorded]]:
     """The records of a batch of cells (their cell and capture streams), by cell.
 
-    The cell streams (small events) in one query; each capture stream on its own, all
-    asked at once: a capture stream is read in its index order, where a query over
-    several streams in log order would have SQLite sort (copy) every big capture."""
-    capture_streams = [s for c in cell_ids for s in captures.get(c, ())]
-    cell_records, *capture_records = await asyncio.gather(
-        store.read_streams([cell_stream(c) for c in cell_ids]),
-        *(store.read_stream(s) for s in capture_streams),
-    )
+    The cell streams (small events) in one query, then each capture stream of the
+    attempts they name on its own, all asked at once: a capture stream is read in its
+    index order, where a query over several streams in log order would have SQLite sort
+    (copy) every big capture. No stream list of the whole log is kept: memory stays that
+    of a batch."""
     by_cell: dict[str, list[Recorded]] = {c: [] for c in cell_ids}
-    for rec in cell_records:
+    for rec in await store.read_streams([cell_stream(c) for c in cell_ids]):
         by_cell[rec.stream[len(CELL_PREFIX) :]].append(rec)
-    for stream, records in zip(capture_streams, capture_records, strict=True):
-        by_cell[stream[len(CAPTURE_PREFIX) :].rpartition("/")[0]].extend(records)
+    capture_streams = [
+        (c, f"{CAPTURE_PREFIX}{c}/{n}") for c in cell_ids for n in _attempts(by_cell[c])
+    ]
+    captured = await asyncio.gather(*(store.read_stream(s) for _, s in capture_streams))
+    for (c, _), records in zip(capture_streams, captured, strict=True):
+        by_cell[c].extend(records)
     return by_cell
 
 
@@ -260,8 +261,6 @@ async def project_store(
         where = f" in campaign {campaign}" if campaign is not None else ""
         raise UserError(f"no such cell{where}: {unknown[0]}")
     chosen = sorted(set(cells) if cells else known, key=_cell_order)
-    captures = _streams_by_cell(await store.streams(CAPTURE_PREFIX + scope), CAPTURE_PREFIX)
-    ingests = _streams_by_cell(await store.streams(INGEST_PREFIX + scope), INGEST_PREFIX)
     home = await home_id(store) if not run_id else ""
     run_ids: dict[str, str] = {}
     with_proposers = not cells and campaign is None
@@ -273,24 +272,24 @@ async def project_store(
             batches = [
                 chosen[i : i + READ_BATCH_CELLS] for i in range(0, len(chosen), READ_BATCH_CELLS)
             ]
-            ahead = (
-                asyncio.ensure_future(_read_cells(store, batches[0], captures)) if batches else None
-            )
+            ahead = asyncio.ensure_future(_read_cells(store, batches[0])) if batches else None
             for i, batch in enumerate(batches):
                 assert ahead is not None
                 records = await ahead
                 ahead = (
-                    asyncio.ensure_future(_read_cells(store, batches[i + 1], captures))
+                    asyncio.ensure_future(_read_cells(store, batches[i + 1]))
                     if i + 1 < len(batches)
                     else None
                 )
                 for cid in batch:
                     cell_records = records[cid]
-                    if cid in ingests and _is_supervisor_cell(cell_records):
+                    if _is_supervisor_cell(cell_records):
                         # A supervisor's figures are folded over its ingested journal: read
                         # for this cell alone (a long run ingests many lines).
-                        for stream in ingests[cid]:
-                            cell_records.extend(await store.read_stream(stream))
+                        for n in _attempts(cell_records):
+                            cell_records.extend(
+                                await store.read_stream(f"{INGEST_PREFIX}{cid}/{n}")
+                            )
                     c = _campaign_of(cid)
                     rid = run_id or run_ids.setdefault(c, default_run_id(home, c))
                     lines, resolution = cell_projection(cid, cell_records, rid, stats)
