@@ -20,6 +20,7 @@ from arenad.ledger.js import (
     js_round,
     js_stringify,
     js_stringify_bytes,
+    js_stringify_indented,
 )
 
 NODE = shutil.which("node")
@@ -243,6 +244,29 @@ def test_bytes_equal_node_json_stringify(values: list[Any]) -> None:
     ).stdout
     expected = json.loads(out)
     assert [js_stringify(v) for v in values] == expected
+
+
+def test_indented_as_json_stringify_with_a_gap() -> None:
+    value = {"a": [], "b": {}, "c": [1, {"d": 8.0}], "10": "x"}
+    assert js_stringify_indented(value, 1) == (
+        '{\n "10": "x",\n "a": [],\n "b": {},\n "c": [\n  1,\n  {\n   "d": 8\n  }\n ]\n}'
+    )
+    with pytest.raises(ValueError):
+        js_stringify_indented(value, 0)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_indented_bytes_equal_node() -> None:
+    values = [{"maxUsd": 8.0, "task": "é\n", "l": [[], {}, [1.5e-7]], "n": None}, [], {}, 3.0]
+    script = (
+        "const v = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "process.stdout.write(JSON.stringify(v.map((x) => JSON.stringify(x, null, 1))));"
+    )
+    assert NODE is not None
+    out = subprocess.run(
+        [NODE, "-e", script], input=json.dumps(values), capture_output=True, text=True, check=True
+    ).stdout
+    assert [js_stringify_indented(v, 1) for v in values] == json.loads(out)
 
 
 # ---------------------------------------------------------------- Math.round
