@@ -297,6 +297,9 @@ async def project_store(
                         ledger.write(line)
                     if with_proposers and resolution is not None:
                         candidates.add(resolution)
+                    # Let the read ahead move on (its replies wait for the loop) while
+                    # the rest of this batch is projected.
+                    await asyncio.sleep(0)
             if with_proposers:
                 await _proposer_lines(
                     store, ledger, candidates, run_id or default_run_id(home), stats
