@@ -476,8 +476,14 @@ def project_ledger(
         list[str] | None, typer.Option("--cell", help="Only these cells (repeatable).")
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="The ledger's run_id.")] = None,
+    campaign: Annotated[
+        str | None,
+        typer.Option(
+            "--campaign", help="Only this campaign's cells (no other campaign's events read)."
+        ),
+    ] = None,
 ) -> None:
-    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id))
+    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id, campaign))
     typer.echo(services.stats_json(stats))
 
 

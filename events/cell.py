@@ -217,6 +217,10 @@ class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", frozen=True, kw_only
     resolved: bool | None
     score: float | None
     source: Literal["command", "operator"] = "operator"
+    # How many times the judge ran for this verdict and how long it took (the reference's
+    # judgeAttempts / judgeWallS); None: not recorded.
+    attempts: int | None = None
+    wall_s: float | None = None
 
 
 class TextExcerpt(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,6 +31,11 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [candidate]                       # optional: the improvement-loop candidate evaluated
+    generation = 0                    # -1 with index = -1: the baseline
+    index = 3
+    id = "gen0-cand3"                 # default: gen<generation>-cand<index> (or baseline)
+
     [[arms]]
     name = "SOLO"
     kind = "solo"                     # solo | supervisor | command
@@ -87,6 +92,7 @@ import msgspec
 from arenad.campaign.instances import Row, read_rows
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
+from arenad.proposer.layout import candidate_id
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -94,6 +100,7 @@ from events.specs import (
     SUPERVISOR_DEFAULT_ENV_KNOBS,
     WORKER_PROMPT_SUFFIX,
     ArmSpec,
+    CandidateSpec,
     CellSpec,
     CommandArm,
     InstanceSpec,
@@ -197,6 +204,12 @@ class JudgeFile(_Strict, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class CandidateFile(_Strict, frozen=True, kw_only=True):
+    generation: int
+    index: int
+    id: str | None = None
+
+
 class BudgetFile(_Strict, frozen=True, kw_only=True):
     max_usd: float
     abort_running: bool = False
@@ -224,6 +237,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
+    candidate: CandidateFile | None = None
     arms: list[ArmFile]
 
 
@@ -586,6 +600,25 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     secrets: SecretsSpec | None
     judge: JudgeSpec | None
     excludes: list[str]
+    candidate: CandidateSpec | None
+
+
+def _candidate(parsed: CandidateFile | None, where: str) -> CandidateSpec | None:
+    if parsed is None:
+        return None
+    baseline = (parsed.generation, parsed.index) == (-1, -1)
+    if not baseline and (parsed.generation < 0 or parsed.index < 0):
+        raise CampaignError(
+            f"{where}: [candidate] generation and index must be at least 0"
+            " (both -1 for the baseline)"
+        )
+    if parsed.id is not None and not parsed.id:
+        raise CampaignError(f"{where}: [candidate] id must not be empty")
+    return CandidateSpec(
+        id=parsed.id if parsed.id is not None else candidate_id(parsed.generation, parsed.index),
+        generation=parsed.generation,
+        index=parsed.index,
+    )
 
 
 def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
@@ -619,6 +652,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         secrets=secrets,
         judge=judge,
         excludes=excludes,
+        candidate=_candidate(parsed.candidate, where),
     )
 
 
@@ -665,6 +699,7 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 max_output_bytes=parsed.max_output_bytes,
                 judge=r.judge,
                 experiment_id=parsed.experiment_id,
+                candidate=r.candidate,
             )
 
 
