@@ -62,6 +62,9 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     term_signal: int | None = None
     ended_at_ms: int | None = None
     error: str | None = None
+    # Set when the wrapper ended the run itself (``--deadline-s``, ``--lifeline``):
+    # "deadline", or why its lifeline failed.
+    ended_by: str | None = None
 
     @property
     def code(self) -> int | None:

@@ -12,7 +12,8 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per pack
 ``marshal``-ed tuple — both ends are the same interpreter):
 
 - daemon -> launcher: ``("spawn", request_id, log_path, wrapper_args, env)`` with the release
-  pipe's read end attached (``SCM_RIGHTS``);
+  pipe's read end attached (``SCM_RIGHTS``), and optionally a second descriptor, the run's
+  lifeline (``wrapper.py --lifeline``), which the wrapper gets as fd 3;
 - launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
   leads its own session and group, so the group can be signalled at once) or
   ``("error", request_id, message)``, then ``("reaped", pid)`` once that wrapper has exited
@@ -51,6 +52,9 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+LIFELINE_FD = 3
+
+
 def _become_wrapper(
     run_wrapper: RunWrapper,
     release_fd: int,
@@ -58,6 +62,7 @@ def _become_wrapper(
     log: str,
     args: list[str],
     env: dict[str, str],
+    lifeline_fd: int | None = None,
 ) -> int:
     """In the forked child: shed the launcher's state, then be the run wrapper."""
     os.setsid()
@@ -65,11 +70,18 @@ def _become_wrapper(
     os.close(ready_fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if lifeline_fd is not None:
+        # Out of the way of the dup2s below (a received fd may be any number from 3 up).
+        lifeline_fd = os.dup(lifeline_fd)
     os.dup2(release_fd, 0)
     log_fd = os.open(log, _LOG_FLAGS, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    keep_from = LIFELINE_FD
+    if lifeline_fd is not None:
+        os.dup2(lifeline_fd, LIFELINE_FD)
+        keep_from = LIFELINE_FD + 1
+    os.closerange(keep_from, os.sysconf("SC_OPEN_MAX"))
     # The agent is spawned with this environment, and PATH is searched in it.
     os.environ.clear()
     os.environ.update(env)
@@ -87,22 +99,26 @@ def _spawn(
     sock: socket.socket, run_wrapper: RunWrapper, request: tuple[Any, ...], fds: list[int]
 ) -> None:
     _, request_id, log, args, env = request
-    if len(fds) != 1:
+    if len(fds) not in (1, 2):
         for fd in fds:
             os.close(fd)
-        _send(sock, ("error", request_id, f"expected one release fd, got {len(fds)}"))
+        _send(
+            sock, ("error", request_id, f"expected a release fd (and a lifeline), got {len(fds)}")
+        )
         return
     release_fd = fds[0]
+    lifeline_fd = fds[1] if len(fds) == 2 else None
     try:
         ready_r, ready_w = os.pipe()
     except OSError as exc:
-        os.close(release_fd)
+        for fd in fds:
+            os.close(fd)
         _send(sock, ("error", request_id, f"pipe: {exc}"))
         return
     try:
         pid = os.fork()
     except OSError as exc:
-        for fd in (release_fd, ready_r, ready_w):
+        for fd in (*fds, ready_r, ready_w):
             os.close(fd)
         _send(sock, ("error", request_id, f"fork: {exc}"))
         return
@@ -110,7 +126,7 @@ def _spawn(
         code = 1
         try:
             os.close(ready_r)
-            code = _become_wrapper(run_wrapper, release_fd, ready_w, log, args, env)
+            code = _become_wrapper(run_wrapper, release_fd, ready_w, log, args, env, lifeline_fd)
         except BaseException as exc:
             # Whatever happens, the child must never return into the launcher's loop.
             with contextlib.suppress(BaseException):
@@ -118,7 +134,8 @@ def _spawn(
                 sys.stderr.flush()
         finally:
             os._exit(code)
-    os.close(release_fd)
+    for fd in fds:
+        os.close(fd)
     os.close(ready_w)
     # Until the child's setsid, its pid names no process group: a daemon that signalled
     # or probed the group on "spawned" would find nothing. Wait for it (end-of-file).
