@@ -23,6 +23,10 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [executor]                        # optional: where the cells run
+    kind = "ray"                      # local | ray (the daemon must run that executor)
+    resources = { arenad_slot = 1 }   # ray: what each cell holds on its node
+
     [[arms]]
     name = "SOLO"
     kind = "solo"                     # solo | supervisor | command
@@ -51,6 +55,7 @@ from events.specs import (
     ArmSpec,
     CellSpec,
     CommandArm,
+    ExecutorSpec,
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
@@ -131,6 +136,11 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
+class ExecutorFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["local", "ray"]
+    resources: dict[str, float] | None = None
+
+
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     command: str
     name: str = "swe-arena-official-judge"
@@ -154,6 +164,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
+    executor: ExecutorFile | None = None
     arms: list[ArmFile]
 
 
@@ -381,6 +392,28 @@ def _materializer(
     return MaterializerSpec(kind="image")
 
 
+# Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
+_RAY_RESERVED = ("memory", "object_store_memory")
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _executor(parsed: ExecutorFile | None, where: str) -> ExecutorSpec | None:
+    if parsed is None:
+        return None
+    resources = dict(parsed.resources or {})
+    if parsed.kind == "local" and resources:
+        raise CampaignError(f'{where}: [executor] resources are for kind = "ray"')
+    for name, amount in resources.items():
+        if not RESOURCE_NAME.match(name) or name in _RAY_RESERVED:
+            raise CampaignError(f"{where}: [executor] resources: {name!r} is not a resource name")
+        # Ray takes fractions of one unit, and whole numbers above it.
+        if not amount > 0 or (amount > 1 and amount != int(amount)):
+            raise CampaignError(
+                f"{where}: [executor] resources.{name} must be above 0, and whole above 1"
+            )
+    return ExecutorSpec(kind=parsed.kind, resources=resources)
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file; raise CampaignError naming what and where."""
     where = str(path)
@@ -437,6 +470,7 @@ def load_campaign(path: Path) -> Campaign:
         else None
     )
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
+    executor = _executor(parsed.executor, where)
     if parsed.materializer is not None and parsed.materializer.kind == "image":
         # Recorded in the spec, so a rerun uses the same image even if the rule changes.
         instances = [
@@ -458,6 +492,7 @@ def load_campaign(path: Path) -> Campaign:
             max_output_bytes=parsed.max_output_bytes,
             judge=judge,
             experiment_id=parsed.experiment_id,
+            executor=executor,
         )
         for instance in instances
         for arm in arms

@@ -133,6 +133,15 @@ class JudgeSpec(Spec, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class ExecutorSpec(Spec, frozen=True, kw_only=True):
+    """Where a cell runs: ``local`` (the daemon's machine) or ``ray`` (a node of the
+    daemon's Ray cluster that offers ``resources``, e.g. ``{"arenad_slot": 1}``, which the
+    cell holds while it lives there)."""
+
+    kind: Literal["local", "ray"] = "local"
+    resources: dict[str, float] = {}
+
+
 class CellSpec(Spec, frozen=True, kw_only=True):
     campaign: str
     suite: str = "swe-bench-verified"
@@ -148,6 +157,8 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     judge: JudgeSpec | None = None
     experiment_id: str | None = None
+    # None: wherever the daemon's executor runs cells (the campaign had no [executor]).
+    executor: ExecutorSpec | None = None
 
     @property
     def cell_id(self) -> str:
