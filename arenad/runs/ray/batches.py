@@ -2,12 +2,15 @@
 
 A node reads a run's files with the same tailers as a local run
 (:class:`~arenad.ingest.watcher.RunDirWatcher`) and hands the head one batch at a time: its
-ingest events and, for each file they touch, the position that file starts at and the one
-it ends at — ``(offset, sha256)`` as the fold of the ingest stream says
-(:func:`arenad.ingest.offsets.advance`). The head appends a batch only if every file's
-start is where the log's record of that file ends (:class:`BatchGate`): a batch delivered
-twice, or one that overtook another, starts elsewhere and is dropped, so whatever the
-network does, each byte is ingested once and in order.
+ingest events and, for every file the observation knows, the position that file starts at
+and the one the batch leaves it at — ``(offset, sha256)`` as the fold of the ingest stream
+says (:func:`arenad.ingest.offsets.advance`). The head appends a batch only if every
+file's start is where the log's record of that file ends (:class:`BatchGate`): a batch
+delivered twice, or one that overtook another, starts elsewhere and is dropped, so whatever
+the network does, each byte is ingested once and in order. Every known file is in every
+batch (not only those it touches), so a batch about one file cannot overtake one about
+another, and the closing batch (``IngestionClosed``) fits only once everything before it
+is in.
 
 No Ray here: both sides import this module, and it is tested on its own.
 """
@@ -36,7 +39,8 @@ _FILE_EVENTS = (LineIngested, LineMalformed, FileTruncated, FileSnapshotted)
 
 
 class Span(msgspec.Struct, frozen=True, kw_only=True):
-    """One file's part of a batch: where its record starts and where the batch leaves it."""
+    """One file's part of a batch: where its record starts and where the batch leaves it
+    (the same, for a file the batch does not touch)."""
 
     source: str
     path: str
@@ -75,24 +79,23 @@ def make_batch(
     """The batch of ``events`` read on from ``files`` (the positions the head has), and
     the positions after it."""
     after = dict(files)
-    starts: dict[FileKey, IngestPosition] = {}
     for event in events:
         if isinstance(event, _FILE_EVENTS):
             key = (event.source, event.path)
-            if key not in starts:
-                starts[key] = after.get(key, START)
             after[key] = advance(after.get(key), event)
-    spans = [
-        Span(
-            source=key[0],
-            path=key[1],
-            start=start.offset,
-            start_sha=start.sha256,
-            end=after[key].offset,
-            end_sha=after[key].sha256,
+    spans = []
+    for key in sorted(after):
+        start, end = files.get(key, START), after[key]
+        spans.append(
+            Span(
+                source=key[0],
+                path=key[1],
+                start=start.offset,
+                start_sha=start.sha256,
+                end=end.offset,
+                end_sha=end.sha256,
+            )
         )
-        for key, start in starts.items()
-    ]
     closes = bool(events) and isinstance(events[-1], IngestionClosed)
     return Batch(seq=seq, spans=spans, events=_encoder.encode(list(events)), closes=closes), after
 
@@ -109,8 +112,9 @@ class BatchGate:
         self.closed = positions.closed
 
     def admits(self, batch: Batch) -> bool:
-        """Whether ``batch`` starts where the record ends, for every file it touches
-        (and ingestion is not closed yet)."""
+        """Whether ``batch`` starts where the record ends, for every file (and ingestion is
+        not closed yet). A file the head knows and the batch does not name is fine: the
+        node has not come across it yet."""
         if self.closed:
             return False
         return all(
