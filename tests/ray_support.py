@@ -9,7 +9,8 @@ Registered as a plugin (tests/conftest.py), it gives every test module:
   process it started verified gone. Skips only when ray is not installed.
 * ``ray_namespace`` (function): a fresh actor namespace; the test's actors are killed
   after it.
-* ``spare_node`` (function): one more worker node that the test may remove or freeze.
+* ``spare_node`` (function): one more worker node, the only one offering ``{SPARE: 1}``,
+  that the test may remove or freeze.
 
 Never ``ray stop``: other Ray clusters may run on this machine; only pids recorded here
 are cleaned up.
@@ -88,9 +89,11 @@ class RayTestCluster:
         env.pop("RAY_AUTH_TOKEN", None)
         return env
 
-    def add_node(self) -> Any:
+    def add_node(self, **resources: float) -> Any:
         node = self.cluster.add_node(
-            num_cpus=0, resources={"arenad_slot": SLOTS}, object_store_memory=OBJECT_STORE_BYTES
+            num_cpus=0,
+            resources={"arenad_slot": SLOTS, **resources},
+            object_store_memory=OBJECT_STORE_BYTES,
         )
         self.cluster.wait_for_nodes()
         self.snapshot()
@@ -197,10 +200,14 @@ def ray_namespace(ray_cluster: RayTestCluster) -> Iterator[str]:
     kill_namespace(namespace)
 
 
+SPARE = "arenad_spare"
+
+
 @pytest.fixture
 def spare_node(ray_cluster: RayTestCluster) -> Iterator[Any]:
-    """A fresh worker node the test may remove (or freeze and thaw)."""
-    node = ray_cluster.add_node()
+    """A fresh worker node the test may remove (or freeze and thaw); it alone offers
+    ``{SPARE: 1}``, so a cell that asks for it runs there."""
+    node = ray_cluster.add_node(**{SPARE: 1})
     yield node
     if node in ray_cluster.cluster.worker_nodes:
         ray_cluster.snapshot()

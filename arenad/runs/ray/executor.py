@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import time
@@ -89,6 +90,13 @@ _RETRY_S = 0.2
 
 class SiteLost(ConnectionError):
     """The cell's actor is gone, or has not answered for the heartbeat limit."""
+
+
+def namespace_for(home: Path) -> str:
+    """The actor namespace of one arenad home: two daemons (two logs) may share a cluster,
+    and each one's reaper must see only its own actors."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+    return f"{NAMESPACE}-{digest}"
 
 
 def actor_name(cell_id: str, attempt: int) -> str:
@@ -184,13 +192,9 @@ class RaySite(Site):
         resources = dict(self.resources)
         cpus = resources.pop("CPU", 0.0)
         gpus = resources.pop("GPU", 0.0)
-        offered: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        short = {k: v for k, v in self.resources.items() if offered.get(k, 0.0) < v}
+        short = self._unoffered()
         if short:
-            raise SiteLost(
-                f"no node of the Ray cluster offers {short} (offered: "
-                f"{ {k: v for k, v in offered.items() if k in self.resources} })"
-            )
+            raise SiteLost(f"no node of the Ray cluster offers {short}")
         options: dict[str, Any] = {
             "name": self.name,
             "namespace": ex.namespace,
@@ -216,11 +220,10 @@ class RaySite(Site):
     async def _ping(self) -> None:
         contact, actor = self._contact, self._actor
         every = self.executor.ping_s
+        await self._until_placed(actor, contact)
         while not contact.lost.is_set():
             try:
-                # Until its first answer the actor may be waiting for a free node: one
-                # ping waits for it, rather than a queue of them.
-                async with asyncio.timeout(None if contact.last_ok is None else max(every, 1.0)):
+                async with asyncio.timeout(max(every, 1.0)):
                     await actor.ping.remote()
                 contact.ok()
             except (TimeoutError, ray.exceptions.ActorUnavailableError):
@@ -233,7 +236,37 @@ class RaySite(Site):
             await asyncio.sleep(every)
         # Lost: make sure it is gone (on a frozen node Ray kills it once the node wakes).
         with contextlib.suppress(Exception):
-            ray.kill(actor, no_restart=True)
+            await asyncio.to_thread(ray.kill, actor, no_restart=True)
+
+    async def _until_placed(self, actor: Any, contact: _Contact) -> None:
+        """Wait for the actor's first answer: it may wait for a free node (backpressure),
+        but not for a node that no longer exists (Ray would keep it pending forever)."""
+        first = asyncio.ensure_future(actor.ping.remote())
+        try:
+            while not contact.lost.is_set():
+                done, _ = await asyncio.wait({first}, timeout=max(self.executor.ping_s, 1.0))
+                if not done:
+                    short = await asyncio.to_thread(self._unoffered)
+                    if short:
+                        contact.mark(f"no node of the cluster offers {short} any more")
+                    continue
+                try:
+                    first.result()
+                    contact.ok()
+                except ray.exceptions.ActorUnavailableError:
+                    first = asyncio.ensure_future(actor.ping.remote())
+                    continue
+                except ray.exceptions.RayActorError as exc:
+                    contact.mark(_died(exc))
+                return
+        finally:
+            if not first.done():
+                first.cancel()
+
+    def _unoffered(self) -> dict[str, float]:
+        """The cell's resources that no live node of the cluster has enough of."""
+        offered: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return {k: v for k, v in self.resources.items() if v > 0 and offered.get(k, 0.0) < v}
 
     async def rpc(self, method: str, *args: Any) -> Any:
         """One call to the actor, made again while it is unavailable; raises SiteLost when
