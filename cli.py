@@ -241,6 +241,18 @@ def daemon(
         str | None,
         typer.Option(help="Claude Code's projects dir (default ~/.claude/projects)."),
     ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(help="Where cells run: local (this machine) or ray (a Ray cluster's nodes)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster to join (default: $RAY_ADDRESS, else the local one)."),
+    ] = None,
+    ray_heartbeat_s: Annotated[
+        float,
+        typer.Option(help="Seconds a Ray node may go unheard before its run is lost."),
+    ] = 30.0,
 ) -> None:
     services.setup_logging()
     options = services.DaemonOptions(
@@ -254,7 +266,14 @@ def daemon(
         proposer_worktree_root=proposer_worktree_root,
         claude_projects_dir=claude_projects_dir,
     )
-    raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
+    served = services.serve_daemon(
+        _ctx.home,
+        options,
+        executor=executor,
+        ray_address=ray_address,
+        ray_heartbeat_s=ray_heartbeat_s,
+    )
+    raise typer.Exit(run(served))
 
 
 @command(
@@ -308,9 +327,13 @@ def demo(
         str | None, typer.Option(help="The opencode binary (default: the pinned install).")
     ] = None,
     reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
+    executor: Annotated[
+        str,
+        typer.Option(help="local, or ray: a Ray cluster of this machine, started for the demo."),
+    ] = "local",
 ) -> None:
     services.setup_logging()
-    result = run(services.run_demo(_ctx.home, opencode, reps))
+    result = run(services.run_demo(_ctx.home, opencode, reps, executor))
     summary = run(services.status(_ctx.home, result.campaign))
     typer.echo(status_table(summary["count_list"], summary["cells"]))
     typer.echo(f"\ncampaign file: {result.campaign_file}")
