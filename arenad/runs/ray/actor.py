@@ -13,9 +13,9 @@ does, on its node:
   ``RunStarted`` and calls :meth:`CellActor.release`; the same deadline, abort and exit
   record (:class:`~arenad.runs.detached.DetachedRun`);
 - **observation** (:meth:`CellActor.observe` / :meth:`CellActor.pull`): the same tailers
-  as a local run, handing the head one batch at a time (:mod:`arenad.runs.ray.batches`);
-  the next batch is read only once the head has the last one (bounded, and a restarted
-  head resumes from the log's offsets with a new observation).
+  as a local run, handing the head one batch at a time (:mod:`arenad.runs.ray.batches`),
+  at most ``WINDOW`` ahead of what the head has appended (bounded; a restarted head
+  resumes from the log's offsets with a new observation).
 
 Three things only a remote run needs, because the actor can die or freeze while its agent
 runs on (measured in ``notes/ray-findings.md``):
@@ -40,6 +40,7 @@ so they travel as their class name, arguments and attributes and are rebuilt on 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import sys
@@ -148,9 +149,15 @@ class PullReply(msgspec.Struct, frozen=True, kw_only=True):
     unknown: bool = False
 
 
+# Batches a node reads ahead of the head's acknowledgement: its next read overlaps the
+# head's append, and what is in flight stays bounded.
+WINDOW = 2
+
+
 class _NodeObservation:
-    """One observation on the node: a watcher whose sink hands each batch to the head and
-    waits until the head has it (its next pull acknowledges the batch's seq)."""
+    """One observation on the node: a watcher whose sink queues each batch for the head and
+    waits while ``WINDOW`` batches are unacknowledged (the head's pull names the seq of the
+    last batch it appended)."""
 
     def __init__(
         self,
@@ -162,11 +169,12 @@ class _NodeObservation:
         max_bytes: int,
     ) -> None:
         self.obs_id = obs_id
+        # Where the last batch made leaves each file (the next one reads on from there).
         self.files: dict[FileKey, IngestPosition] = dict(positions.files)
         self.seq = 0
-        self.outbox: Batch | None = None
-        self._after: dict[FileKey, IngestPosition] = {}
-        self._acked = asyncio.Event()
+        self.outbox: collections.deque[Batch] = collections.deque()
+        self._room = asyncio.Event()
+        self._room.set()
         self.changed = asyncio.Event()
         self.watcher = RunDirWatcher(
             sources,
@@ -181,17 +189,19 @@ class _NodeObservation:
         await self.watcher.start()
 
     async def _sink(self, events: list[Event]) -> None:
+        await self._room.wait()
         self.seq += 1
-        self.outbox, self._after = make_batch(self.seq, events, self.files)
-        self._acked.clear()
+        batch, self.files = make_batch(self.seq, events, self.files)
+        self.outbox.append(batch)
+        if len(self.outbox) >= WINDOW:
+            self._room.clear()
         self.changed.set()
-        await self._acked.wait()
 
     def ack(self, seq: int) -> None:
-        if self.outbox is not None and self.outbox.seq <= seq:
-            self.outbox = None
-            self.files = self._after
-            self._acked.set()
+        while self.outbox and self.outbox[0].seq <= seq:
+            self.outbox.popleft()
+        if len(self.outbox) < WINDOW:
+            self._room.set()
 
     def finish(self) -> None:
         if self.closing is None:
@@ -199,20 +209,21 @@ class _NodeObservation:
             self.closing.add_done_callback(lambda _: self.changed.set())
 
     def reply(self) -> PullReply:
+        batch = self.outbox[0] if self.outbox else None
         failure = self.watcher.failure
         if self.closing is not None and self.closing.done() and not self.closing.cancelled():
             exc = self.closing.exception()
             if exc is not None:
                 failure = exc
-        if failure is not None and self.outbox is None:
+        if failure is not None and batch is None:
             return PullReply(failure=f"{type(failure).__name__}: {failure}")
-        done = self.outbox is None and self.closing is not None and self.closing.done()
-        return PullReply(batch=self.outbox, done=done)
+        done = batch is None and self.closing is not None and self.closing.done()
+        return PullReply(batch=batch, done=done)
 
     async def abort(self) -> None:
         if self.closing is not None:
             self.closing.cancel()
-        self._acked.set()
+        self._room.set()
         await self.watcher.abort()
 
 

@@ -80,8 +80,8 @@ DEFAULT_HEARTBEAT_S = 30.0
 # What a cell holds on its node unless its campaign's [executor] table says otherwise.
 DEFAULT_RESOURCES: dict[str, float] = {"arenad_slot": 1.0}
 # Bounded batches: what one pull hands over (the object store is not for this).
-MAX_BATCH_EVENTS = 1000
-MAX_BATCH_BYTES = 256 * 1024
+MAX_BATCH_EVENTS = 5000
+MAX_BATCH_BYTES = 1024 * 1024
 # How long one pull / wait call waits on the node for something new.
 _LONG_POLL_S = 1.0
 # Pause before a call that met ActorUnavailableError is made again.
