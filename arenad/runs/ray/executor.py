@@ -51,6 +51,7 @@ import ray.exceptions
 from arenad.clock import Clock, system_clock
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
+from arenad.runs import groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import (
     AttemptLive,
@@ -285,8 +286,10 @@ class RaySite(Site):
                 await asyncio.wait({call, lost}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 lost.cancel()
-            if not call.done():
-                call.cancel()
+                answered = call.done()
+                if not answered:
+                    call.cancel()
+            if not answered:
                 raise SiteLost(f"{self.name}: {contact.why}")
             try:
                 status, value = call.result()
@@ -381,7 +384,13 @@ class RaySite(Site):
         )
         clock = self.executor.clock
         if started.executor != "ray":
-            return _GoneRun(record, files, clock, f"started by the {started.executor} executor")
+            # Started on this machine by a daemon with another executor: nothing here can
+            # follow it, so it is ended (if it is still that process) and recorded lost.
+            ticks = started.process_start_ticks
+            if ticks is not None and groups.process_identity_matches(started.pid, ticks):
+                await groups.kill_group(started.pgid, started.kill_grace_s)
+            why = f"started by the {started.executor} executor; this daemon runs cells on Ray"
+            return _GoneRun(record, files, clock, why)
         try:
             if await self._handle(create=False) is None:
                 return _GoneRun(record, files, clock, "its actor is gone (its node died?)")
