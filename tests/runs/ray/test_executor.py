@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from arenad.ingest.offsets import Positions
+from arenad.ingest.offsets import Positions, fold_positions
 from arenad.ingest.watcher import file_source
 from arenad.materialize import MaterializeError
 from arenad.runs import groups
@@ -25,6 +25,7 @@ from tests.runs.executor_contract import (
     MakeExecutor,
     _double,
     _request,
+    _started,
 )
 
 
@@ -135,4 +136,50 @@ async def test_the_reaper_kills_actors_whose_attempt_is_over(
     deadline = time.monotonic() + 20
     while groups.group_alive(run.record.pgid):
         assert time.monotonic() < deadline, "the reaped actor's agent lives on"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_restarted_head_finds_a_gone_actor_lost_with_its_lines_kept(
+    ray_cluster: RayTestCluster, ray_namespace: str, tmp_path: Path
+) -> None:
+    import ray
+
+    from arenad.runs.ray.executor import RayExecutor, actor_name
+
+    first = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
+    await first.start()
+    site = await first.site("c:i:A:0", 1)
+    request = _request(tmp_path / "run", "echo one; echo two; exec sleep 1000")
+    run = await site.start(request)
+    await run.release()
+    sink = Collected()
+    source = file_source("stdout", Path(request.files.stdout))
+    observation = await run.observe([source], Positions(), sink)
+    deadline = time.monotonic() + 20
+    while len(sink.lines()) < 2:
+        assert time.monotonic() < deadline, "the lines never came"
+        await asyncio.sleep(0.05)
+    await observation.abort()
+    await first.close()
+    # While no head runs, the actor goes (its node died): its agent goes with it.
+    ray.kill(ray.get_actor(actor_name("c:i:A:0", 1), namespace=ray_namespace))
+    second = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
+    await second.start()
+    try:
+        again = await (await second.site("c:i:A:0", 1)).attach(
+            _started(run, request), request.files.run_dir
+        )
+        assert not await again.alive()
+        observation = await again.observe([source], fold_positions(sink.events), sink)
+        end = await again.wait()
+        await observation.close()
+    finally:
+        await second.close()
+    assert end.how == "lost" and end.reason and "gone" in end.reason
+    # What was ingested stays; nothing more comes, and ingestion is not closed.
+    assert sink.lines() == ["one", "two"]
+    assert not [e for e in sink.events if isinstance(e, IngestionClosed)]
+    deadline = time.monotonic() + 20
+    while groups.group_alive(run.record.pgid):
+        assert time.monotonic() < deadline, "the agent outlived its actor"
         await asyncio.sleep(0.05)
