@@ -116,7 +116,7 @@ def _reload_auth_config() -> None:
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestCluster]:
     pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
-    pytest.importorskip("psutil", reason="psutil comes with ray")
+    pytest.importorskip("psutil", reason="psutil is not installed (pip install -e '.[ray]')")
     import ray
     from ray.cluster_utils import Cluster
 
