@@ -334,6 +334,18 @@ def daemon(
             help="A spend cap (USD) on every campaign; a campaign's own lower cap wins.",
         ),
     ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(help="Where cells run: local (this machine) or ray (a Ray cluster's nodes)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster to join (default: $RAY_ADDRESS, else the local one)."),
+    ] = None,
+    ray_heartbeat_s: Annotated[
+        float,
+        typer.Option(help="Seconds a Ray node may go unheard before its run is lost."),
+    ] = 30.0,
 ) -> None:
     if max_usd is not None and not (math.isfinite(max_usd) and max_usd > 0):
         fail(f"--max-usd {max_usd} must be a finite number of USD > 0")
@@ -352,7 +364,14 @@ def daemon(
         # A live line on a terminal; plain log lines otherwise.
         progress=sys.stderr.isatty(),
     )
-    raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
+    served = services.serve_daemon(
+        _ctx.home,
+        options,
+        executor=executor,
+        ray_address=ray_address,
+        ray_heartbeat_s=ray_heartbeat_s,
+    )
+    raise typer.Exit(run(served))
 
 
 @command(
@@ -435,9 +454,13 @@ def demo(
         str | None, typer.Option(help="The opencode binary (default: the pinned install).")
     ] = None,
     reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
+    executor: Annotated[
+        str,
+        typer.Option(help="local, or ray: a Ray cluster of this machine, started for the demo."),
+    ] = "local",
 ) -> None:
     services.setup_logging()
-    result = run(services.run_demo(_ctx.home, opencode, reps))
+    result = run(services.run_demo(_ctx.home, opencode, reps, executor))
     summary = run(services.status(_ctx.home, result.campaign))
     typer.echo(status_table(summary["count_list"], summary["cells"]))
     typer.echo(f"\ncampaign file: {result.campaign_file}")

@@ -142,6 +142,15 @@ class CandidateSpec(Spec, frozen=True, kw_only=True):
     index: int
 
 
+class ExecutorSpec(Spec, frozen=True, kw_only=True):
+    """Where a cell runs: ``local`` (the daemon's machine) or ``ray`` (a node of the
+    daemon's Ray cluster that offers ``resources``, e.g. ``{"arenad_slot": 1}``, which the
+    cell holds while it lives there)."""
+
+    kind: Literal["local", "ray"] = "local"
+    resources: dict[str, float] = {}
+
+
 class CellSpec(Spec, frozen=True, kw_only=True):
     campaign: str
     suite: str = "swe-bench-verified"
@@ -160,6 +169,8 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     # The campaign's [candidate] keys; None: the ledger falls back to the campaign name
     # (``baseline`` or ``gen<G>-cand<C>``).
     candidate: CandidateSpec | None = None
+    # None: wherever the daemon's executor runs cells (the campaign had no [executor]).
+    executor: ExecutorSpec | None = None
 
     @property
     def cell_id(self) -> str:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("arenad", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("arenad")
 
-pytest_plugins = ["tests.opencode_support"]
+pytest_plugins = ["tests.opencode_support", "tests.ray_support"]
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "arenad tests",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         set_max_parallel,
     )
     from arenad.app.demo import run_demo
+    from arenad.app.executors import serve_daemon
     from arenad.app.log import (
         events,
         history,
@@ -98,6 +99,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
     **{name: ("arenad.ledger.service", name) for name in ("project_ledger", "record_verdict")},
     "run_demo": ("arenad.app.demo", "run_demo"),
+    "serve_daemon": ("arenad.app.executors", "serve_daemon"),
     "submit_campaign": ("arenad.app.submit", "submit_campaign"),
     "RetryPolicy": ("arenad.cell.retry", "RetryPolicy"),
     "DaemonOptions": ("arenad.daemon.daemon", "DaemonOptions"),
@@ -144,6 +146,7 @@ __all__ = [
     "retry_cell",
     "run_daemon",
     "run_demo",
+    "serve_daemon",
     "serve_scripted_model",
     "serve_view",
     "set_budget",

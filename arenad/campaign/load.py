@@ -31,6 +31,10 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [executor]                        # optional: where the cells run
+    kind = "ray"                      # local | ray (the daemon must run that executor)
+    resources = { arenad_slot = 1 }   # ray: what each cell holds on its node
+
     [candidate]                       # optional: the improvement-loop candidate evaluated
     generation = 0                    # -1 with index = -1: the baseline
     index = 3
@@ -103,6 +107,7 @@ from events.specs import (
     CandidateSpec,
     CellSpec,
     CommandArm,
+    ExecutorSpec,
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
@@ -204,6 +209,11 @@ class JudgeFile(_Strict, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class ExecutorFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["local", "ray"]
+    resources: dict[str, float] | None = None
+
+
 class CandidateFile(_Strict, frozen=True, kw_only=True):
     generation: int
     index: int
@@ -238,6 +248,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
     candidate: CandidateFile | None = None
+    executor: ExecutorFile | None = None
     arms: list[ArmFile]
 
 
@@ -601,6 +612,29 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     judge: JudgeSpec | None
     excludes: list[str]
     candidate: CandidateSpec | None
+    executor: ExecutorSpec | None
+
+
+# Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
+_RAY_RESERVED = ("memory", "object_store_memory")
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _executor(parsed: ExecutorFile | None, where: str) -> ExecutorSpec | None:
+    if parsed is None:
+        return None
+    resources = dict(parsed.resources or {})
+    if parsed.kind == "local" and resources:
+        raise CampaignError(f'{where}: [executor] resources are for kind = "ray"')
+    for name, amount in resources.items():
+        if not RESOURCE_NAME.match(name) or name in _RAY_RESERVED:
+            raise CampaignError(f"{where}: [executor] resources: {name!r} is not a resource name")
+        # Ray takes fractions of one unit, and whole numbers above it.
+        if not amount > 0 or (amount > 1 and amount != int(amount)):
+            raise CampaignError(
+                f"{where}: [executor] resources.{name} must be above 0, and whole above 1"
+            )
+    return ExecutorSpec(kind=parsed.kind, resources=resources)
 
 
 def _candidate(parsed: CandidateFile | None, where: str) -> CandidateSpec | None:
@@ -653,6 +687,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         judge=judge,
         excludes=excludes,
         candidate=_candidate(parsed.candidate, where),
+        executor=_executor(parsed.executor, where),
     )
 
 
@@ -700,6 +735,7 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 judge=r.judge,
                 experiment_id=parsed.experiment_id,
                 candidate=r.candidate,
+                executor=r.executor,
             )
 
 

@@ -92,6 +92,9 @@ _STORE_FATAL = (StoreUnwritable, LogTampered)
 
 # Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
 WORKSPACE_TEMPLATES = "workspace-templates"
+# How often the executor is asked to release what it holds for attempts that are over
+# (Executor.reconcile; the first time at start).
+RECONCILE_EVERY_S = 120.0
 
 
 class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -428,6 +431,7 @@ class Daemon:
             self._side_task(stack, self._follow_control(start_seq), "control follower")
             if self.options.progress:
                 await start_live_line(stack, self.store, self.clock, lambda: self.max_parallel)
+            self._side_task(stack, self._reconcile(executor), "executor reconcile")
             # Registered last, so it runs first: the cells wind down before their tools go.
             stack.push_async_callback(self._drain)
             await self._schedule(executor)
@@ -463,6 +467,16 @@ class Daemon:
             if self.options.until_idle and not self.tasks and not runnable:
                 break
             await wait_for_event(self.wake, 1.0)
+
+    async def _reconcile(self, executor: Executor) -> None:
+        while True:
+            await executor.reconcile(self._attempt_live)
+            await asyncio.sleep(RECONCILE_EVERY_S)
+
+    async def _attempt_live(self, cell_id: str, attempt: int) -> bool:
+        """Whether the log holds ``attempt`` as the cell's current one, not yet over."""
+        state = await self.cells.state(cell_id)
+        return state is not None and not state.terminal and state.attempt == attempt
 
     async def _start_proposer_capture(self, stack: contextlib.AsyncExitStack) -> None:
         paths = ProposerPaths.for_home(

@@ -232,7 +232,7 @@ class CellRunner:
         return arm_for(state.spec.arm)
 
     async def _site(self, state: CellState) -> Site:
-        return await self.executor.site(self.cell_id, state.attempt)
+        return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
     def _run_dir(self, state: CellState) -> Path:
         spec = state.spec

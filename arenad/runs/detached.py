@@ -45,6 +45,7 @@ from arenad.runs.files import (
     decode_exit_record,
     read_exit_record,
 )
+from arenad.runs.launcher import LIFELINE_FD
 from arenad.runs.launcher_client import WrapperLauncher
 
 # How long a run's end waits for the launcher to reap its wrapper (it does so at once).
@@ -58,6 +59,16 @@ LOST_WITH_THE_DAEMON = "lost with the daemon"
 
 
 How = Literal["exited", "timed_out", "aborted", "lost", "not_started"]
+
+
+class Lifeline(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's lifeline (``wrapper.py --lifeline``): the read end the wrapper gets, the
+    silence after which it ends its group, and how long after the run's deadline its own
+    deadline falls."""
+
+    read_fd: int
+    silence_s: float
+    deadline_margin_s: float = 2.0
 
 
 class RunEnd(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +254,24 @@ class DetachedRun:
                 capped=capped,
                 kept=kept,
             )
+        if record.ended_by == "deadline":
+            # The wrapper's own deadline (a remote run whose supervisor could not act).
+            return RunEnd(
+                how="timed_out",
+                code=groups.TIMEOUT_CODE,
+                ended_at_ms=record.ended_at_ms or now,
+                signals_sent=sent,
+                capped=capped,
+            )
+        if record.started and record.ended_by is not None:
+            return RunEnd(
+                how="lost",
+                code=None,
+                ended_at_ms=record.ended_at_ms or now,
+                reason=record.ended_by,
+                signals_sent=sent,
+                capped=capped,
+            )
         if not record.started:
             return RunEnd(
                 how="not_started",
@@ -423,16 +452,21 @@ async def spawn_detached(
     cwd: str,
     env: Mapping[str, str],
     files: RunFiles,
-    store_path: Path,
+    store_path: Path | None,
     stream: str,
     attempt: int,
     timeout_s: float,
     kill_grace_s: float,
     clock: Clock,
     launcher: WrapperLauncher,
+    lifeline: Lifeline | None = None,
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
-    :meth:`DetachedRun.release`."""
+    :meth:`DetachedRun.release`.
+
+    ``store_path`` None: no log on this machine (a cluster node), so a wrapper whose
+    release pipe closes unreleased never starts its agent. ``lifeline``: the wrapper also
+    ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``)."""
     if not argv:
         raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
@@ -442,8 +476,6 @@ async def spawn_detached(
     options = [
         "--exit-file",
         str(files.exit_file),
-        "--store",
-        str(store_path),
         "--stream",
         stream,
         "--attempt",
@@ -459,13 +491,24 @@ async def spawn_detached(
         options += ["--stdin", files.stdin]
     if files.cap_bytes is not None:
         options += ["--cap", str(files.cap_bytes)]
+    if store_path is not None:
+        options += ["--store", str(store_path)]
+    if lifeline is not None:
+        options += ["--lifeline", str(LIFELINE_FD), "--grace", str(kill_grace_s)]
+        options += ["--lifeline-silence", str(lifeline.silence_s)]
+        # Later than the supervisor's own deadline, which normally ends the run first.
+        options += ["--deadline-s", str(timeout_s + kill_grace_s + lifeline.deadline_margin_s)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         pid, start_ticks, reaped = await launcher.spawn(
-            log_path, [*options, "--", *argv], env, theirs.fileno()
+            log_path,
+            [*options, "--", *argv],
+            env,
+            theirs.fileno(),
+            lifeline.read_fd if lifeline is not None else None,
         )
     except BaseException:
         ours.close()

@@ -72,6 +72,9 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     kept: dict[str, int] | None = None
     # Set only in a record the wrapper sent the daemon because it could not write its file.
     exit_file_error: str | None = None
+    # Set when the wrapper ended the run itself (``--deadline-s``, ``--lifeline``):
+    # "deadline", or why its lifeline failed.
+    ended_by: str | None = None
 
     @property
     def code(self) -> int | None:

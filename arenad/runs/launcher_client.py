@@ -64,11 +64,16 @@ class WrapperLauncher:
         return self._pid
 
     async def spawn(
-        self, log: str, args: list[str], env: Mapping[str, str], release_r: int
+        self,
+        log: str,
+        args: list[str],
+        env: Mapping[str, str],
+        release_r: int,
+        lifeline_r: int | None = None,
     ) -> tuple[int, int | None, asyncio.Future[int | None]]:
         """A new wrapper (pid, start ticks, and a future set to its wait status once it
-        has been reaped) with ``release_r`` as its stdin; the caller keeps (and closes) its
-        own copy."""
+        has been reaped) with ``release_r`` as its stdin (and ``lifeline_r`` as its fd 3);
+        the caller keeps (and closes) its own copies."""
         sock = await self._running()
         loop = asyncio.get_running_loop()
         self._next_id += 1
@@ -78,7 +83,8 @@ class WrapperLauncher:
         try:
             message = marshal.dumps(("spawn", request_id, log, args, dict(env)))
             async with self._sending:
-                await _send_with_fd(loop, sock, message, release_r)
+                fds = [release_r] if lifeline_r is None else [release_r, lifeline_r]
+                await _send_with_fds(loop, sock, message, fds)
             return await reply
         finally:
             self._pending.pop(request_id, None)
@@ -182,12 +188,12 @@ def _reap_quietly(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-async def _send_with_fd(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fd: int
+async def _send_with_fds(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fds: list[int]
 ) -> None:
     while True:
         try:
-            socket.send_fds(sock, [message], [fd])
+            socket.send_fds(sock, [message], fds)
             return
         except BlockingIOError:
             writable: asyncio.Future[None] = loop.create_future()

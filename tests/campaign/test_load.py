@@ -11,7 +11,13 @@ import pytest
 
 from arenad.campaign import load_campaign, render_verify_template
 from arenad.errors import CampaignError
-from events.specs import DEFAULT_EXCLUDES, WORKER_PROMPT_SUFFIX, SoloArm, SupervisorArm
+from events.specs import (
+    DEFAULT_EXCLUDES,
+    WORKER_PROMPT_SUFFIX,
+    ExecutorSpec,
+    SoloArm,
+    SupervisorArm,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +81,26 @@ def test_a_good_campaign_resolves_into_cells(tmp_path: Path) -> None:
         (('verify_cmd = "true"', 'typo_key = "true"'), "instances[0]"),
         (("reps = 2", "reps = 0"), "reps must be at least 1"),
         (("reps = 2", "reps = 2\nmax_output_bytes = 0"), "max_output_bytes must be at least 1"),
+        (
+            ("reps = 2", 'reps = 2\n[executor]\nkind = "k8s"'),
+            "Invalid enum value 'k8s' - at `executor.kind`",
+        ),
+        (
+            ("reps = 2", 'reps = 2\n[executor]\nkind = "local"\nresources = { slot = 1 }'),
+            'resources are for kind = "ray"',
+        ),
+        (
+            ("reps = 2", 'reps = 2\n[executor]\nkind = "ray"\nresources = { slot = 1.5 }'),
+            "resources.slot must be above 0, and whole above 1",
+        ),
+        (
+            ("reps = 2", 'reps = 2\n[executor]\nkind = "ray"\nresources = { slot = 0 }'),
+            "resources.slot must be above 0",
+        ),
+        (
+            ("reps = 2", 'reps = 2\n[executor]\nkind = "ray"\nresources = { memory = 1 }'),
+            "'memory' is not a resource name",
+        ),
     ],
 )
 def test_bad_campaigns_say_what_and_where(
@@ -86,6 +112,17 @@ def test_bad_campaigns_say_what_and_where(
         load_campaign(write(tmp_path, GOOD.replace(old, new, 1)))
     assert message in str(info.value)
     assert str(tmp_path / "c.toml") in str(info.value)
+
+
+def test_an_executor_table_goes_into_every_cell(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "reps = 2", 'reps = 2\n[executor]\nkind = "ray"\nresources = { arenad_slot = 1, GPU = 0.5 }'
+    )
+    cells = load_campaign(write(tmp_path, text)).cells
+    assert [c.executor for c in cells] == [
+        ExecutorSpec(kind="ray", resources={"arenad_slot": 1.0, "GPU": 0.5})
+    ] * 2
+    assert load_campaign(write(tmp_path, GOOD)).cells[0].executor is None
 
 
 def test_verify_templates_render_from_row_fields(tmp_path: Path) -> None:
