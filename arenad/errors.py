@@ -12,6 +12,7 @@
     │   └── LogTampered          the chain fails its check before an append: nothing written
     ├── IllegalTransition        an event the cell state machine does not allow here
     ├── CellMovedOn              another writer moved the cell on (a runner stops)
+    ├── ExecutorMismatch         a cell is pinned to another executor than the running one
     ├── DaemonFatal              the daemon cannot go on; it stopped, agents keep running
     ├── MaterializeError         a workspace could not be made (.stage names the step)
     ├── ProcError                a child process could not be started or ended as required
