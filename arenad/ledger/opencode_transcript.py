@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from arenad.ledger.js import js_parse, js_stringify
+from arenad.js import js_parse, js_stringify
 from arenad.ledger.rollout import CheckedChatMessages
 from events.capture import AgentSessionCaptured, MessageRow, PartRow
 

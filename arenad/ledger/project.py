@@ -59,8 +59,8 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from arenad.arms import supervisor_figures as figures
+from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
-from arenad.ledger.js import iso_ms, js_parse, js_round
 from arenad.ledger.lines import (
     Artifacts,
     Cost,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from arenad.campaign import load_campaign
-from arenad.ledger.js import iso_ms, js_stringify
+from arenad.js import iso_ms, js_stringify
 from arenad.ledger.project import BRAIN_GAP, cell_resolution
 from arenad.ledger.rollout import rollout_id, validate_rollout_line
 from arenad.ledger.service import home_id, project_store

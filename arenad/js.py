@@ -1,4 +1,5 @@
-"""The few JavaScript behaviours a ledger must reproduce byte for byte. Pure: no I/O.
+"""The few JavaScript behaviours the ledger and the run-dir documents (result.json,
+params.json) must reproduce byte for byte. Pure: no I/O.
 
 JSON: ``js_stringify`` / ``js_parse``. Numbers: ``js_number`` (``String(x)``),
 ``js_round`` (``Math.round``). Time: ``iso_ms`` (``toISOString``), ``js_date_parse``

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.ledger.js import (
+from arenad.js import (
     MAX_TIME_MS,
     _js_stringify_python,
     iso_ms,
