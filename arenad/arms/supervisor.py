@@ -16,17 +16,16 @@ spend is its workers' sessions, joined on the cwds its workers reported; and its
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import Arm, ArmContext, IngestReader, Launch, Outcome, q, under_secrets
+from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -237,22 +236,14 @@ class SupervisorArmRunner(Arm):
     async def after_recovered(
         self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
     ) -> None:
-        doc = result_json(state, await read_ingested())
-        await site.call_blocking(write_result_json, str(ctx.run_dir / "result.json"), doc)
+        doc = result_json_bytes(state, await read_ingested())
+        await site.call_blocking(write_documents_step, str(ctx.run_dir), {RESULT_JSON: doc})
 
 
 def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
     """Site step: where the driver's run dir is (None if it never made one)."""
     found = supervisor_run_dir(Path(workspace))()
     return str(found.resolve()) if found is not None else None
-
-
-def write_result_json(tools: Tools, path: str, doc: dict[str, Any]) -> None:
-    """Site step: the seed's result.json, written atomically."""
-    tmp = f"{path}.partial"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def recovered_events(
@@ -299,42 +290,3 @@ def recovered_events(
         gap=gap,
         spend=spend,
     )
-
-
-def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:
-    """The seed's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events."""
-    summary = figures.summarize(ingested)
-    verified = state.verified
-    prov = state.provenance
-    recovered = state.recovered
-    sp = recovered.spend if recovered is not None else ev.SpendFigures()
-    return {
-        "arm": state.spec.arm.name,
-        "iid": state.spec.instance.instance_id,
-        "driver_rc": state.run_rc,
-        "wall_s": round(state.wall_s) if state.wall_s is not None else None,
-        "patch_lines": verified.patch_lines if verified else None,
-        "verify_rc": verified.verify_rc if verified else None,
-        "verify_pass": verified.verify_pass if verified else None,
-        "sup_status": summary.status,
-        "sup_verdict": summary.verdict,
-        "delivered": summary.delivered,
-        "spentTokens": summary.spent_tokens,
-        "spentUsd": summary.spent_usd,
-        "spawned": summary.spawned,
-        "workers": summary.workers,
-        "settled": summary.settled,
-        "subtasks": summary.subtasks,
-        "patchPath": verified.patch_path if verified else None,
-        "provenance": (
-            {"repo": prov.repo, "commit": prov.commit, "envKnobs": prov.env_knobs} if prov else None
-        ),
-        "recoveredSpend": {
-            "workerTokJournal": sp.worker_tok_journal,
-            "workerCwds": sp.worker_cwds,
-            "workerSessions": sp.worker_sessions,
-            "workerTokSqlite": sp.worker_tok_sqlite,
-            "workerTokIn": sp.worker_tok_in,
-            "workerTokOut": sp.worker_tok_out,
-        },
-    }

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from arenad.arms import supervisor_figures as figures
+from arenad.arms.documents import result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.cell.machine import fold
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -175,3 +177,31 @@ def test_truncated_file(tmp_path: Path) -> None:
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
     assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
+
+
+def test_result_json_is_the_log_s_projection_and_a_restart_writes_it_again(
+    tmp_path: Path,
+) -> None:
+    home, cell, ingest = _run(tmp_path, "ok")
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    original = (run_dir / "result.json").read_bytes()
+    state = fold([(e, 0) for e in cell])
+    assert state is not None
+    assert original == result_json_bytes(state, ingest)
+    doc = json.loads(original)
+    assert doc["scored"] is True and doc["not_scored_reason"] is None
+    assert isinstance(doc["wall_s"], int)
+    # Lost (a daemon died after the recovery commit, or a user removed it): the next
+    # daemon writes the same bytes from the log.
+    (run_dir / "result.json").unlink()
+    records = daemon_until_idle(home, env_with(), tmp_path / "daemon2.err")
+    assert (run_dir / "result.json").read_bytes() == original
+    assert stream_events(records, f"cell/{CELL}") == cell  # nothing appended to the cell
+
+
+def test_an_unscored_run_s_result_json_says_so(tmp_path: Path) -> None:
+    _home, cell, _ingest = _run(tmp_path, "failed")
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    doc = json.loads((run_dir / "result.json").read_text())
+    assert doc["scored"] is False
+    assert doc["not_scored_reason"] == "supervisor state is failed"
