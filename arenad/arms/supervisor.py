@@ -15,7 +15,6 @@ spend is its workers' sessions, joined on the cwds its workers reported; and its
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from arenad.ingest.watcher import (
     file_source,
     first_subdirectory,
 )
+from arenad.js import js_stringify_indented
 from arenad.recovery.capture import capture_worker_sessions, spend_figures
 from arenad.recovery.opencode_spend import sup_spend
 from arenad.recovery.opencode_store import StoreUnavailable
@@ -139,7 +139,8 @@ class SupervisorArmRunner(Arm):
 
     def prepare(self, ctx: ArmContext) -> Launch:
         params_file = ctx.run_dir / "params.json"
-        params_file.write_text(json.dumps(self.params(ctx), indent=1, ensure_ascii=False))
+        # The seed's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
+        params_file.write_text(js_stringify_indented(self.params(ctx), 1))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
         exports = [f"export {k}={q(v)}" for k, v in self.env_knobs(ctx).items()]
         script = "\n".join(

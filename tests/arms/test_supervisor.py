@@ -12,6 +12,7 @@ from arenad.arms import supervisor_figures as figures
 from arenad.arms.documents import result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED
 from arenad.cell.machine import fold
+from arenad.js import js_stringify_indented
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -102,8 +103,12 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     result = json.loads((run_dir / "result.json").read_text())
     assert result["sup_status"] == "completed" and result["workers"] == 2
     assert result["driver_rc"] == 0 and "ws" not in result
-    params = json.loads((run_dir / "params.json").read_text())
+    params_text = (run_dir / "params.json").read_text()
+    params = json.loads(params_text)
     assert params["budget"] == 40 and params["workspaceDir"] == str(ws)
+    # JSON.stringify(params, null, 1): JS numbers, one-space indent, no trailing newline.
+    assert params_text == js_stringify_indented(params, 1)
+    assert '\n "maxUsd": 8,\n' in params_text and not params_text.endswith("\n")
 
 
 def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path: Path) -> None:
