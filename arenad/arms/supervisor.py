@@ -3,7 +3,8 @@
 prepare() writes params.json, removes ``<ws>/.loops``, and runs the configured
 driver argv (placeholders filled) with cwd = the loops checkout, the env knobs
 plus LOOPS_BRAIN_LOG exported, under the secrets wrapper when configured. The
-driver's stdout and stderr are files (driver.log / driver.err), not ingested:
+driver's stdout and stderr are files (driver.out / driver.err, joined into the seed's
+driver.log when the run ends), not ingested:
 what is ingested live is its run dir and brain.jsonl (``watch_sources``).
 
 What it does differently from a solo agent: its provenance (the loops checkout's
@@ -25,6 +26,7 @@ import msgspec
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import Arm, ArmContext, IngestReader, Launch, Outcome, q, under_secrets
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
+from arenad.atomic import write_atomically
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -83,8 +85,13 @@ def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
     return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
 
 
+DRIVER_LOG = "driver.log"
+
+
 class SupervisorArmRunner(Arm):
-    stdout_name = "driver.log"
+    # Two files while it runs (the output cap is per file); the seed's one driver.log,
+    # stdout then stderr, is joined from them when the run ends (join_driver_log_step).
+    stdout_name = "driver.out"
     stderr_name = "driver.err"
     agent_noun = "driver"
     # result.json is written after the recovery commit, from what it recorded.
@@ -195,6 +202,7 @@ class SupervisorArmRunner(Arm):
         """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
         summary = figures.summarize(await read_ingested())
         sup_dir = await site.call_blocking(supervisor_dir_step, str(ctx.workspace))
+        await site.call_blocking(join_driver_log_step, str(ctx.run_dir))
         return [
             ev.SupervisorOutcome(
                 attempt=ctx.attempt,
@@ -245,6 +253,24 @@ def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
     """Site step: where the driver's run dir is (None if it never made one)."""
     found = supervisor_run_dir(Path(workspace))()
     return str(found.resolve()) if found is not None else None
+
+
+def join_driver_log_step(tools: Tools, run_dir: str) -> None:
+    """Site step: the seed's ``driver.log`` (``driver.stdout + driver.stderr``), written
+    atomically from the run's two output files once it ended. Idempotent (a daemon that
+    dies before the run's end is recorded joins them again, to the same bytes). A run
+    started by an arenad that wrote stdout to driver.log itself has no driver.out: left
+    as it is."""
+    root = Path(run_dir)
+    try:
+        out = (root / SupervisorArmRunner.stdout_name).read_bytes()
+    except FileNotFoundError:
+        return
+    try:
+        err = (root / SupervisorArmRunner.stderr_name).read_bytes()
+    except FileNotFoundError:
+        err = b""
+    write_atomically(root / DRIVER_LOG, out + err)
 
 
 def recovered_events(

@@ -10,9 +10,10 @@ import pytest
 
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.documents import result_json_bytes
-from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
 from arenad.cell.machine import fold
 from arenad.js import js_stringify_indented
+from arenad.runs.executor import Tools
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -118,6 +119,9 @@ def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path:
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     err = (run_dir / "driver.err").read_text()
     assert f"{STORE_INIT_FAILED} (exit 127)" in err
+    # The seed's one driver.log: stdout then stderr, joined once the run ended.
+    out = (run_dir / "driver.out").read_bytes()
+    assert (run_dir / "driver.log").read_bytes() == out + err.encode()
     # Nothing created the store (the stand-in's workers here run no opencode): a gap.
     assert _one(cell, ev.CellRecovered).store_available is False  # type: ignore[attr-defined]
 
@@ -210,3 +214,19 @@ def test_an_unscored_run_s_result_json_says_so(tmp_path: Path) -> None:
     doc = json.loads((run_dir / "result.json").read_text())
     assert doc["scored"] is False
     assert doc["not_scored_reason"] == "supervisor state is failed"
+
+
+def test_driver_log_joins_stdout_then_stderr_idempotently(tmp_path: Path) -> None:
+    (tmp_path / "driver.out").write_bytes(b"out 1\nout 2\n")
+    (tmp_path / "driver.err").write_bytes(b"err \xff\n")
+    join_driver_log_step(Tools(), str(tmp_path))
+    join_driver_log_step(Tools(), str(tmp_path))  # a daemon that died before the end: again
+    assert (tmp_path / "driver.log").read_bytes() == b"out 1\nout 2\nerr \xff\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.err", "driver.log", "driver.out"]
+    # A run an older arenad started wrote stdout to driver.log itself: left alone.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "driver.log").write_bytes(b"stdout only\n")
+    (old / "driver.err").write_bytes(b"err\n")
+    join_driver_log_step(Tools(), str(old))
+    assert (old / "driver.log").read_bytes() == b"stdout only\n"
