@@ -8,7 +8,7 @@ is a new module and one row here, never an edit of the base.
 
 from __future__ import annotations
 
-from arenad.arms.base import Arm, ArmContext, Launch, Outcome
+from arenad.arms.base import Arm, ArmContext, Launch, Outcome, ProvenanceError
 from arenad.arms.command import CommandArmRunner
 from arenad.arms.solo import SoloArmRunner
 from arenad.arms.supervisor import SupervisorArmRunner
@@ -47,6 +47,7 @@ __all__ = [
     "ArmContext",
     "Launch",
     "Outcome",
+    "ProvenanceError",
     "arm_for",
     "before_start_step",
     "prepare_step",

@@ -28,6 +28,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from arenad.cell.machine import CellState, CellStatus
+from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import usage_from_events
@@ -38,6 +39,12 @@ from arenad.store.base import AppendRequest
 from events import cell as ev
 from events.base import Event, Recorded
 from events.specs import CellSpec
+
+
+class ProvenanceError(ArenadError):
+    """What sits in the arm's seat cannot be established (the seed's armProvenance throws):
+    the cell fails before anything runs, as no paid run starts without knowing it."""
+
 
 IngestReader = Callable[[], Awaitable[Sequence[Recorded | Event]]]
 """Reads the attempt's ingest stream (only arms whose rules need it call it)."""
@@ -91,7 +98,9 @@ class Arm(abc.ABC):
         run it at the cell's site, :func:`prepare_step`)."""
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
-        """Facts recorded with ``RunStarted``, in its transaction (blocking I/O)."""
+        """Facts recorded with ``RunStarted``, in its transaction (blocking I/O); asked
+        before :meth:`prepare`. Raises :class:`ProvenanceError` when the arm's identity
+        cannot be established (the cell fails, nothing is launched)."""
         return []
 
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:

@@ -24,7 +24,16 @@ from pathlib import Path
 import msgspec
 
 from arenad.arms import supervisor_figures as figures
-from arenad.arms.base import Arm, ArmContext, IngestReader, Launch, Outcome, q, under_secrets
+from arenad.arms.base import (
+    Arm,
+    ArmContext,
+    IngestReader,
+    Launch,
+    Outcome,
+    ProvenanceError,
+    q,
+    under_secrets,
+)
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
 from arenad.atomic import write_atomically
 from arenad.cell.machine import CellState
@@ -176,22 +185,29 @@ class SupervisorArmRunner(Arm):
         return [self.provenance(ctx)]
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
-        """``git rev-parse HEAD`` of the loops checkout ('unknown' when it is not a repo)."""
+        """``git rev-parse HEAD`` of the loops checkout (the seed's armProvenance, which
+        throws when it fails: so does this, :class:`ProvenanceError`)."""
+        repo = self.spec.loops_repo
         try:
             out = subprocess.run(
-                ["git", "-C", self.spec.loops_repo, "rev-parse", "HEAD"],
+                ["git", "-C", repo, "rev-parse", "HEAD"],
                 capture_output=True,
                 text=True,
                 stdin=subprocess.DEVNULL,
                 timeout=30,
                 check=False,
             )
-            commit = out.stdout.strip() if out.returncode == 0 else "unknown"
-        except (OSError, subprocess.TimeoutExpired):
-            commit = "unknown"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ProvenanceError(f"{repo}: git rev-parse HEAD: {exc}") from None
+        commit = out.stdout.strip()
+        if out.returncode != 0 or not commit:
+            tail = out.stderr.strip().splitlines()[-1:] or ["no commit"]
+            raise ProvenanceError(
+                f"{repo}: git rev-parse HEAD exited {out.returncode}: {tail[0][-500:]}"
+            )
         return ProvenanceRecorded(
             attempt=ctx.attempt,
-            repo=self.spec.loops_repo,
+            repo=repo,
             commit=commit,
             env_knobs=dict(self.spec.env_knobs),
         )

@@ -36,7 +36,15 @@ from typing import Literal, TypeVar
 
 import msgspec
 
-from arenad.arms import Arm, ArmContext, Outcome, arm_for, before_start_step, prepare_step
+from arenad.arms import (
+    Arm,
+    ArmContext,
+    Outcome,
+    ProvenanceError,
+    arm_for,
+    before_start_step,
+    prepare_step,
+)
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
@@ -296,8 +304,17 @@ class CellRunner:
         arm = self.arm
         site = await self._site(state)
         try:
-            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+            # First: an arm whose identity is unknown launches nothing (no paid run
+            # without knowing what sat in its seat), and leaves no inputs behind.
             before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        except ProvenanceError as exc:
+            await self._fail(state, "provenance", str(exc), retryable=False)
+            return
+        except OSError as exc:
+            await self._fail(state, "provenance", f"{type(exc).__name__}: {exc}", retryable=True)
+            return
+        try:
+            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return

@@ -230,3 +230,23 @@ def test_driver_log_joins_stdout_then_stderr_idempotently(tmp_path: Path) -> Non
     (old / "driver.err").write_bytes(b"err\n")
     join_driver_log_step(Tools(), str(old))
     assert (old / "driver.log").read_bytes() == b"stdout only\n"
+
+
+def test_an_unknown_provenance_fails_the_cell_and_launches_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    loops = tmp_path / "loops"  # a checkout that is not a git repository
+    loops.mkdir()
+    camp = supervisor_campaign(tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops)
+    submit(home, camp)
+    records = daemon_until_idle(home, env_with(FAKE_SUP_MODE="ok"), tmp_path / "daemon.err")
+    cell = stream_events(records, f"cell/{CELL}")
+    failed = _one(cell, ev.CellFailed)
+    assert failed.stage == "provenance"  # type: ignore[attr-defined]
+    assert failed.classification == "infrastructure"  # type: ignore[attr-defined]
+    assert str(loops) in failed.error and "rev-parse" in failed.error  # type: ignore[attr-defined]
+    assert not any(isinstance(e, (ev.RunStarted, ev.ProvenanceRecorded)) for e in cell)
+    run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
+    assert not (run_dir / "params.json").exists()  # not even the driver's inputs
+    assert stream_events(records, f"ingest/{CELL}/1") == []
