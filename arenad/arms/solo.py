@@ -8,6 +8,8 @@ whenever it is not a TTY, so stdin is always a file that ends.
 from __future__ import annotations
 
 from arenad.arms.base import Arm, ArmContext, Launch, q, under_secrets, write_prompt
+from events.base import Event
+from events.cell import ProvenanceRecorded
 from events.specs import SoloArm
 
 
@@ -17,6 +19,18 @@ class SoloArmRunner(Arm):
 
     def __init__(self, spec: SoloArm) -> None:
         self.spec = spec
+
+    def before_start(self, ctx: ArmContext) -> list[Event]:
+        """The seed's solo identity (toArmIdentity): ``{repo: "opencode", commit: "cli"}``
+        with the model as its one env knob, so the ledger's profile_commit is ``cli``."""
+        return [
+            ProvenanceRecorded(
+                attempt=ctx.attempt,
+                repo="opencode",
+                commit="cli",
+                env_knobs={"model": self.spec.model},
+            )
+        ]
 
     def prepare(self, ctx: ArmContext) -> Launch:
         prompt = write_prompt(ctx, self.spec.prompt_suffix)

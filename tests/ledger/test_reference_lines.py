@@ -87,7 +87,7 @@ def _session(
     )
 
 
-def _run(run_dir: str, *, end: Event) -> list[Event]:
+def _run(run_dir: str, *, end: Event, provenance: Sequence[Event] = ()) -> list[Event]:
     return [
         ev.CellMaterialized(
             attempt=1,
@@ -97,6 +97,7 @@ def _run(run_dir: str, *, end: Event) -> list[Event]:
             clean=True,
             materializer="git",
         ),
+        *provenance,
         ev.RunStarted(
             attempt=1,
             argv=["x"],
@@ -167,6 +168,11 @@ def _clock_after(db: Path) -> Callable[[], int]:
     return _CLOCKS.setdefault(db, _clock())
 
 
+_SOLO_PROVENANCE = ev.ProvenanceRecorded(
+    attempt=1, repo="opencode", commit="cli", env_knobs={"model": "local/scripted"}
+)
+
+
 def solo_cell(
     campaign: str = CAMPAIGN, *, scored: bool = True, rep: int = 0
 ) -> list[tuple[str, list[Event]]]:
@@ -182,7 +188,8 @@ def solo_cell(
             f"cell/{spec.cell_id}",
             [
                 ev.CellSubmitted(spec=spec),
-                *_run(rd, end=end),
+                # The solo arm's identity, recorded with its start (SoloArmRunner).
+                *_run(rd, end=end, provenance=[_SOLO_PROVENANCE]),
                 _verified(rd, scored=scored),
                 ev.JudgeVerdictRecorded(
                     attempt=1,
@@ -374,14 +381,14 @@ def test_the_solo_line_field_by_field(tmp_path: Path) -> None:
                 "seed": None,
                 "rep": 0,
             },
-            # splitModelRef(model) at the first "/"; no provenance recorded for a solo arm
-            # yet (a runner change, see notes/ledger-phase2.md): profile_commit null.
+            # splitModelRef(model) at the first "/"; profile_commit = the solo identity's
+            # provenance commit (toArmIdentity: "cli").
             "policy": {
                 "harness": "opencode",
                 "harness_version": None,
                 "model": "scripted",
                 "provider": "local",
-                "profile_commit": None,
+                "profile_commit": "cli",
                 "sampling": None,
             },
             # readOpencodeSessionMessages of the captured session.
