@@ -16,7 +16,7 @@ Every error names the file and the key or row it is about.
     instance_filter = "^django__"     # optional: then only ids this regex matches (re.search)
     limit = 50                        # optional: then only the first N of what is left
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
-    excludes = [...]                  # default: the seed's test-file list
+    excludes = [...]                  # default: the seed's test-file list; [] is refused
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
     [budget]                          # optional spend cap (USD), checked by the daemon
@@ -677,6 +677,10 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         if parsed.judge
         else None
     )
+    if parsed.excludes is not None and not parsed.excludes:
+        # The seed refuses an empty list too (loadExcludes): it would put the test files
+        # the verify command brings in the patch.
+        raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
     return _Resolved(
         parsed=parsed,

@@ -470,3 +470,19 @@ def test_a_filter_that_matches_nothing_exits_2(tmp_path: Path) -> None:
     )
     assert len(result.stderr.strip().splitlines()) == 1
     assert arenad(home, "events", "--json").stdout == ""
+
+
+def test_an_empty_excludes_list_is_refused_in_one_line(tmp_path: Path) -> None:
+    # The seed's loadExcludes throws on an empty list: the test files would be in the patch.
+    path = write(tmp_path, GOOD.replace('name = "c1"', 'name = "c1"\nexcludes = []'))
+    with pytest.raises(CampaignError) as err:
+        load_campaign(path)
+    assert str(err.value) == f"{path}: excludes must name at least one pattern"
+    home = tmp_path / "home"
+    assert arenad(home, "init").returncode == 0
+    out = arenad(home, "submit", str(path))
+    assert out.returncode == 2
+    assert out.stderr == f"arenad: {path}: excludes must name at least one pattern\n"
+    assert arenad(home, "events", "--json").stdout == ""  # nothing appended
+    one = GOOD.replace('name = "c1"', 'name = "c1"\nexcludes = ["tests/**"]')
+    assert load_campaign(write(tmp_path, one)).cells[0].excludes == ["tests/**"]
