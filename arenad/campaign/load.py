@@ -75,6 +75,10 @@ same table):
     max_output_bytes, max_cells
     [budget] max_usd              finite, > 0
     instance_filter               a valid Python regex
+    excludes                      at least one pattern       [] would ship the tests
+    supervisor loops_repo         an existing directory      a driver that cannot start
+    shim_path, extension_path     existing files (when given is found before a paid
+                                  or in driver_cmd)          run, not during it
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 import string
 import tomllib
@@ -428,6 +433,13 @@ def check_argv_placeholders(
                 )
 
 
+def _check_exists(path: str, key: str, where: str, arm: str, *, directory: bool) -> None:
+    exists = os.path.isdir(path) if directory else os.path.isfile(path)
+    if not exists:
+        kind = "directory" if directory else "file"
+        raise CampaignError(f"{where}: arm {arm!r}: {key} {path}: no such {kind}")
+
+
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     check_path_component(arm.name, "arm name", where, MAX_ARM_NAME)
     check_seconds(arm.timeout_s, "timeout_s", where)
@@ -487,6 +499,15 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
         "{params}",
     ]
     check_argv_placeholders(driver, DRIVER_PLACEHOLDERS, where, f"arm {arm.name!r}: driver_cmd")
+    # Checked now, not when the driver fails in a paid run: the checkout (cwd and
+    # provenance), and the shim and extension when given or when the driver names them.
+    _check_exists(loops, "loops_repo", where, arm.name, directory=True)
+    for key, given, path, placeholder in (
+        ("shim_path", arm.shim_path, shim, "{shim}"),
+        ("extension_path", arm.extension_path, extension, "{extension}"),
+    ):
+        if given is not None or any(placeholder in a for a in driver):
+            _check_exists(path, key, where, arm.name, directory=False)
     return SupervisorArm(
         name=arm.name,
         worker_model=arm.worker_model,
