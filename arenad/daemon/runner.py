@@ -3,7 +3,7 @@
     submitted    -> materialize the workspace          -> CellMaterialized
     materialized -> launch the arm                     -> RunStarted
     running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
-    ended        -> patch + verify (+ judge)           -> CellVerified (+ JudgeVerdictRecorded)
+    ended        -> patch + verify (+ judge if scored) -> CellVerified (+ JudgeVerdictRecorded)
                     + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
 
@@ -590,7 +590,9 @@ class CellRunner:
                 verify_log=str(verify_log),
             )
         ]
-        if spec.judge is not None:
+        if spec.judge is not None and outcome.scored:
+            # Only a run that counts is judged (the seed's arm throws before, otherwise): a
+            # verdict on an unscored run is no reward, its cost and time spent for nothing.
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
             judged = await self._unless_aborted(
