@@ -38,6 +38,7 @@ def test_the_judge_verdict_commits_with_verify(tmp_path: Path) -> None:
     assert judged.version == verified.version + 1
     assert judged.recorded_at_ms == verified.recorded_at_ms
     assert judged.event.resolved is True and judged.event.source == "command"  # type: ignore[attr-defined]
+    assert judged.event.attempts == 1 and judged.event.wall_s is not None  # type: ignore[attr-defined]
     assert isinstance(records[-1].event, ev.CellRecovered)
     # What verify saw is in that commit too: the patch (the run's one line) and the log.
     patch = next(r for r in records if isinstance(r.event, ev.PatchCaptured))
