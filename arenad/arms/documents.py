@@ -38,7 +38,7 @@ def has_result_json(state: CellState) -> bool:
 def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:
     """The seed's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events,
     with whether it counts."""
-    summary = figures.summarize(ingested)
+    summary = figures.recorded_counts(state.supervisor) or figures.summarize(ingested)
     verified = state.verified
     prov = state.provenance
     recovered = state.recovered

@@ -215,8 +215,10 @@ class SupervisorArmRunner(Arm):
     async def end_events(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> list[Event]:
-        """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
-        summary = figures.summarize(await read_ingested())
+        """state.json's summary and the journal's counts at run end (the seed's
+        parseSupervisorArtifacts)."""
+        ingested = await read_ingested()
+        summary = figures.summarize(ingested)
         sup_dir = await site.call_blocking(supervisor_dir_step, str(ctx.workspace))
         await site.call_blocking(join_driver_log_step, str(ctx.run_dir))
         return [
@@ -228,6 +230,13 @@ class SupervisorArmRunner(Arm):
                 delivered=summary.delivered,
                 spent_tokens=summary.spent_tokens,
                 spent_usd=summary.spent_usd,
+                # Nothing ingested: unknown, not 0 (the ledger's figures are null then).
+                spawned=summary.spawned if ingested else None,
+                workers=summary.workers if ingested else None,
+                settled=summary.settled if ingested else None,
+                subtasks=(
+                    summary.subtasks if ingested and figures.storable(summary.subtasks) else None
+                ),
             )
         ]
 

@@ -37,8 +37,9 @@ the event that recorded it:
 - Supervisor figures, from the events that hold them (the reference reads them from
   result.json and the cell record): ``sup_status``/``sup_verdict``/``spent_*`` from
   ``SupervisorOutcome`` (else the recovery's figures); ``spawned``, ``workers``
-  (spawned non-root), ``settled`` and ``subtasks`` folded over the ingested journal
-  (``arenad.arms.supervisor_figures``; null when nothing was ingested for the attempt);
+  (spawned non-root), ``settled`` and ``subtasks`` as ``SupervisorOutcome`` recorded them
+  at run end, else folded over the ingested journal (``arenad.arms.supervisor_figures``;
+  null when nothing was ingested for the attempt);
   ``recovered_tokens`` = spent tokens + the workers' store tokens (null unless both are
   known); ``cost.usd`` = the episode's own receipt, the driver's ``spentUsd`` (null when
   unknown; the worker lines carry the workers' costs); ``judge_attempts`` /
@@ -452,7 +453,11 @@ def _supervisor_line(
         spent_tokens = spent_tokens if spent_tokens is not None else spend.spent_tokens
         spent_usd = spent_usd if spent_usd is not None else spend.spent_usd
     worker_tokens = spend.worker_tok_sqlite if spend is not None else None
-    journal = figures.summarize(a.ingested) if a.ingested is not None else None
+    # The counts the run's end recorded, else folded over the ingested journal (older
+    # logs); null when neither is known.
+    journal = figures.recorded_counts(so) or (
+        figures.summarize(a.ingested) if a.ingested is not None else None
+    )
     judge_attempts, judge_wall_s = _judge_figures(a.verdict)
     metrics = _verified_metrics(a, "verify_pass", "patch_lines")
     metrics.update(

@@ -77,6 +77,9 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     assert _one(cell, ev.RunCompleted).rc == 0  # type: ignore[attr-defined]
     outcome = _one(cell, ev.SupervisorOutcome)
     assert outcome.status == "completed" and outcome.delivered is True  # type: ignore[attr-defined]
+    # The journal's counts, recorded at run end (the projection prefers them).
+    assert (outcome.spawned, outcome.workers, outcome.settled) == (3, 2, 3)  # type: ignore[attr-defined]
+    assert outcome.subtasks == ["w1", "w2"]  # type: ignore[attr-defined]
     assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
     run_dir = Path(started.stdout_path).parent  # type: ignore[attr-defined]
     sup = run_dir / "ws" / SUP_RUN

@@ -224,8 +224,10 @@ def solo_cell(
 
 
 def supervisor_cell(
-    campaign: str = CAMPAIGN, *, ingested: bool = True
+    campaign: str = CAMPAIGN, *, ingested: bool = True, counts: bool = False
 ) -> list[tuple[str, list[Event]]]:
+    """``counts``: the SupervisorOutcome carries the journal's counts (as arenad records
+    them at run end since phase 2); else only the ingested journal has them."""
     spec = make_spec(campaign=campaign, instance_id="astropy-7", arm="SUP", supervisor=True)
     rd = f"/h/campaigns/{campaign}/rep-0/attempt-1/runs/astropy-7/SUP"
     journal = _journal(
@@ -263,6 +265,16 @@ def supervisor_cell(
                     delivered=True,
                     spent_tokens=5000,
                     spent_usd=1.5,
+                    **(
+                        {
+                            "spawned": 3,
+                            "workers": 2,
+                            "settled": 2,
+                            "subtasks": ["fix the parser", "add a test"],
+                        }
+                        if counts
+                        else {}
+                    ),
                 ),
                 _verified(rd),
                 ev.JudgeVerdictRecorded(
@@ -627,6 +639,24 @@ def test_supervisor_figures_are_null_when_nothing_was_ingested(tmp_path: Path) -
     metrics = sup["outcome"]["metrics"]
     assert [metrics[k] for k in ("spawned", "workers", "settled", "subtasks")] == [None] * 4
     assert metrics["recovered_tokens"] == 8000 and sup["cost"]["usd"] == 1.5
+
+
+def test_the_journal_counts_recorded_at_run_end_are_preferred(tmp_path: Path) -> None:
+    folded = tmp_path / "folded"
+    folded.mkdir()
+    log = Log(folded / "events.db")
+    log.add(*supervisor_cell())
+    expected = json.loads(_project_lines(log.db, folded / "ledger.jsonl")[0])
+    # Recorded on the SupervisorOutcome, with no journal ingested: the same figures.
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    log = Log(recorded / "events.db")
+    log.add(*supervisor_cell(ingested=False, counts=True))
+    sup = json.loads(_project_lines(log.db, recorded / "ledger.jsonl")[0])
+    keys = ("spawned", "workers", "settled", "subtasks")
+    metrics = sup["outcome"]["metrics"]
+    assert [metrics[k] for k in keys] == [expected["outcome"]["metrics"][k] for k in keys]
+    assert [metrics[k] for k in keys] == [3, 2, 2, ["fix the parser", "add a test"]]
 
 
 def test_a_supervisor_cell_with_no_worker_cwd_has_no_phantom_worker_line(tmp_path: Path) -> None:
