@@ -80,7 +80,7 @@ from arenad.ledger.lines import (
 )
 from arenad.ledger.opencode_transcript import (
     OpencodeSessionInfo,
-    capture_chat_messages,
+    ledger_transcript,
     opencode_session_info,
     session_time_created,
 )
@@ -378,10 +378,13 @@ def _agent_line(
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
-    messages = join_messages(capture_chat_messages(s) for s in [*roots, *children])
+    transcripts = [ledger_transcript(s) for s in [*roots, *children]]
+    # A session that cannot be a line's transcript (a hostile tool name) makes the whole
+    # line a labeled gap: a transcript with a session cut out would pass for the run's.
+    gap = next((g for _, g in transcripts if g is not None), None)
+    messages = join_messages(m for m, _ in transcripts) if gap is None else []
     root_id = roots[0].session_id if roots else None
-    gap: str | None = None
-    if not messages:
+    if not messages and gap is None:
         if a.unavailable is not None:
             gap = f"opencode store unavailable: {a.unavailable.error}"
         elif not sessions:
@@ -520,7 +523,8 @@ def _worker_line(
     session: cap.AgentSessionCaptured | None,
     gap: str | None,
 ) -> tuple[dict[str, Any], int]:
-    messages = capture_chat_messages(session) if session is not None else []
+    messages, hostile = ledger_transcript(session) if session is not None else ([], None)
+    gap = hostile if hostile is not None else gap
     info = opencode_session_info(session.row) if session is not None else None
     reward, source = _reward(a)
     key = session.session_id if session is not None else f"cwd:{cwd}"

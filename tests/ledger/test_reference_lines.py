@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
+
 from arenad.campaign import load_campaign
 from arenad.js import iso_ms, js_stringify
 from arenad.ledger.project import BRAIN_GAP, cell_resolution
@@ -657,6 +660,48 @@ def test_the_journal_counts_recorded_at_run_end_are_preferred(tmp_path: Path) ->
     metrics = sup["outcome"]["metrics"]
     assert [metrics[k] for k in keys] == [expected["outcome"]["metrics"][k] for k in keys]
     assert [metrics[k] for k in keys] == [3, 2, 2, ["fix the parser", "add a test"]]
+
+
+def _with_tool_named(session: cap.AgentSessionCaptured, name: object) -> cap.AgentSessionCaptured:
+    """The session with one more assistant message: a tool call named ``name``."""
+    mid = f"msg_{session.session_id}_tool"
+    message = cap.MessageRow(id=mid, time_created=T0 + 99, data=json.dumps({"role": "assistant"}))
+    part = {"type": "tool", "callID": "c1", "tool": name, "state": {"output": "ok"}}
+    return msgspec.structs.replace(
+        session,
+        messages=[*session.messages, message],
+        parts=[*session.parts, cap.PartRow(id=f"prt_{mid}", message_id=mid, data=json.dumps(part))],
+    )
+
+
+@pytest.mark.parametrize("name", [42, {"x": [1]}, True])
+def test_a_hostile_tool_name_makes_a_labeled_gap_not_a_failed_projection(
+    tmp_path: Path, name: object
+) -> None:
+    requests = solo_cell()
+    (cell_stream_name, cell_events), (capture_stream_name, [session]) = requests
+    log = Log(tmp_path / "events.db")
+    log.add(
+        (cell_stream_name, cell_events),
+        (capture_stream_name, [_with_tool_named(session, name)]),
+        *supervisor_cell(),
+    )
+    lines = [json.loads(x) for x in _project_lines(log.db, tmp_path / "ledger.jsonl")]
+    solo = next(x for x in lines if x["role"] == "agent")
+    shown = json.dumps(name, separators=(",", ":"))
+    assert solo["messages"] == []
+    assert solo["provenance"]["gap"] == (
+        f"opencode session ses_solo: a tool part's name is {shown}, not a string"
+    )
+    assert solo["outcome"]["metrics"]["sessions"] == 1  # the session was captured
+    # The other cells' lines are as ever, and a plain string name is no gap.
+    assert [x["role"] for x in lines] == ["agent", "supervisor", "worker", "worker"]
+    log2 = Log(tmp_path / "plain.db")
+    log2.add(
+        (cell_stream_name, cell_events), (capture_stream_name, [_with_tool_named(session, "bash")])
+    )
+    (plain,) = [json.loads(x) for x in _project_lines(log2.db, tmp_path / "plain.jsonl")]
+    assert "gap" not in plain["provenance"] and plain["messages"][-1]["name"] == "bash"
 
 
 def test_a_supervisor_cell_with_no_worker_cwd_has_no_phantom_worker_line(tmp_path: Path) -> None:
