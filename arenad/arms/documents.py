@@ -95,15 +95,6 @@ def run_documents(state: CellState, ingested: Sequence[Recorded | Event]) -> dic
     return docs
 
 
-def missing_documents_step(tools: Tools, run_dir: str, names: list[str]) -> list[str]:
-    """Site step: which of ``names`` an existing run dir lacks (none if the run dir is
-    gone: a user who deleted it asks for it back with ``arenad export-artifacts``)."""
-    root = Path(run_dir)
-    if not root.is_dir():
-        return []
-    return [name for name in names if not (root / name).exists()]
-
-
 def write_documents_step(tools: Tools, run_dir: str, docs: dict[str, bytes]) -> list[str]:
     """Site step: write each document into the run dir (created if missing), atomically;
     the paths written."""

@@ -428,7 +428,7 @@ class Daemon:
             self.executor = await stack.enter_async_context(executor)
             await asyncio.to_thread(self.templates.clear)
             stack.push_async_callback(asyncio.to_thread, self.templates.clear)
-            await rewrite_missing_documents(self.store, self.cells, self.executor)
+            await rewrite_missing_documents(self.store, self.cells, self.executor, self.home)
             await self._start_proposer_capture(stack)
             self._side_task(stack, self._follow_control(start_seq), "control follower")
             if self.options.progress:

@@ -10,7 +10,6 @@ from pathlib import Path
 from arenad.arms.documents import (
     JUDGE_JSON,
     RESULT_JSON,
-    missing_documents_step,
     result_json,
     result_json_bytes,
     run_documents,
@@ -87,10 +86,11 @@ def test_run_documents_name_result_and_the_verdict_verbatim() -> None:
 
 def test_documents_are_written_atomically_into_a_run_dir_made_again(tmp_path: Path) -> None:
     run_dir = tmp_path / "gone" / "run"
-    assert missing_documents_step(TOOLS, str(run_dir), [RESULT_JSON]) == []  # no run dir
+    assert not run_dir.exists()
     written = write_documents_step(TOOLS, str(run_dir), {RESULT_JSON: b"{}"})
     assert written == [str(run_dir / RESULT_JSON)]
     assert (run_dir / RESULT_JSON).read_bytes() == b"{}"
     assert os.listdir(run_dir) == [RESULT_JSON]  # no temporary left behind
     assert (run_dir / RESULT_JSON).stat().st_mode & 0o777 == 0o644
-    assert missing_documents_step(TOOLS, str(run_dir), [RESULT_JSON, JUDGE_JSON]) == [JUDGE_JSON]
+    write_documents_step(TOOLS, str(run_dir), {RESULT_JSON: b"[]"})  # replaced whole
+    assert (run_dir / RESULT_JSON).read_bytes() == b"[]" and os.listdir(run_dir) == [RESULT_JSON]

@@ -15,6 +15,7 @@ import pytest
 
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.js import js_slice
 from events import cell as ev
 from events.base import Event
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
@@ -240,40 +241,39 @@ def test_two_real_opencode_workers(
     result: dict[str, Any] = json.loads((run_dir / "result.json").read_text())
     wall_s = result.pop("wall_s")
     assert isinstance(wall_s, int) and wall_s >= 0
-    assert (
-        result
-        == {
-            "arm": "SUP",
-            "iid": "i1",
-            "driver_rc": 0,
-            "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
-            "verify_rc": 0,
-            "verify_pass": True,
-            "sup_status": "completed",
-            "sup_verdict": "delivered",
-            "delivered": True,
-            "spentTokens": state["result"]["spentTokens"],
-            "spentUsd": state["result"]["spentUsd"],
-            "spawned": 3,
-            "workers": 2,
-            "settled": 3,
-            "subtasks": [label[:100] for label in labels],
-            "patchPath": verified.patch_path,  # type: ignore[attr-defined]
-            "provenance": {
-                "repo": provenance.repo,  # type: ignore[attr-defined]
-                "commit": provenance.commit,  # type: ignore[attr-defined]
-                "envKnobs": provenance.env_knobs,  # type: ignore[attr-defined]
-            },
-            "recoveredSpend": {
-                "workerTokJournal": tok_in + out_only,
-                "workerCwds": cwds,
-                "workerSessions": sessions,
-                "workerTokSqlite": tok_in + tok_out,
-                "workerTokIn": tok_in,
-                "workerTokOut": tok_out,
-            },
-        }
-    )
+    assert result == {
+        "arm": "SUP",
+        "iid": "i1",
+        "driver_rc": 0,
+        "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
+        "verify_rc": 0,
+        "verify_pass": True,
+        "scored": True,  # arenad's addition: whether the run counts
+        "not_scored_reason": None,
+        "sup_status": "completed",
+        "sup_verdict": "delivered",
+        "delivered": True,
+        "spentTokens": state["result"]["spentTokens"],
+        "spentUsd": state["result"]["spentUsd"],
+        "spawned": 3,
+        "workers": 2,
+        "settled": 3,
+        "subtasks": [js_slice(label, 100) for label in labels],
+        "patchPath": verified.patch_path,  # type: ignore[attr-defined]
+        "provenance": {
+            "repo": provenance.repo,  # type: ignore[attr-defined]
+            "commit": provenance.commit,  # type: ignore[attr-defined]
+            "envKnobs": provenance.env_knobs,  # type: ignore[attr-defined]
+        },
+        "recoveredSpend": {
+            "workerTokJournal": tok_in + out_only,
+            "workerCwds": cwds,
+            "workerSessions": sessions,
+            "workerTokSqlite": tok_in + tok_out,
+            "workerTokIn": tok_in,
+            "workerTokOut": tok_out,
+        },
+    }
     assert len(provenance.commit) == 40  # type: ignore[attr-defined]
     assert started.argv  # type: ignore[attr-defined]
     params = json.loads((run_dir / "params.json").read_text())
