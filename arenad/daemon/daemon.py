@@ -43,6 +43,7 @@ from arenad.runs.executor import Executor, Tools
 from arenad.runs.local import LocalExecutor
 from arenad.store.base import EventStore
 from arenad.store.faults import fault_from_env
+from arenad.store.group_commit import GroupCommit
 from events import cell as ev
 from events import streams
 from events.base import Recorded
@@ -137,6 +138,8 @@ class Daemon:
         self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
         self._make_executor = executor
         self.executor: Executor | None = None
+        # Every cell's ingested batches: those that arrive together share a transaction.
+        self.ingest_commit = GroupCommit(store)
 
     # -- control -----------------------------------------------------------------
 
@@ -227,7 +230,14 @@ class Daemon:
         return await self.cells.runnable(exclude=list(self.tasks), limit=4 * free + 16)
 
     def _start(self, cell_id: str, executor: Executor) -> None:
-        runner = CellRunner(self.store, self.config, cell_id, self.clock, executor)
+        runner = CellRunner(
+            self.store,
+            self.config,
+            cell_id,
+            self.clock,
+            executor,
+            ingest_commit=self.ingest_commit,
+        )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.group_commit import GroupCommit
 from events.base import Event
 from events.ingest import IngestionClosed
 
@@ -14,10 +15,21 @@ class IngestSink:
     """Appends what the watcher ingests. With ``hold_close``, the watcher's last batch (the
     one that ends in IngestionClosed) is held for the caller to append together with the
     run's end, in one transaction (:meth:`take_held`): a crash cannot separate the two,
-    and a restart that finds neither ingests from the recorded offsets again."""
+    and a restart that finds neither ingests from the recorded offsets again.
 
-    def __init__(self, store: EventStore, stream: str, *, hold_close: bool = False) -> None:
+    With ``group``, appends go through it: the batches of many cells' sinks that arrive
+    together share one transaction (:mod:`arenad.store.group_commit`)."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        stream: str,
+        *,
+        hold_close: bool = False,
+        group: GroupCommit | None = None,
+    ) -> None:
         self.store = store
+        self.group = group
         self.stream = stream
         self.version = 0
         self.appended = 0
@@ -37,7 +49,11 @@ class IngestSink:
             self._held = list(events)
             self.appended += len(events)
             return
-        recorded = await self.store.append(self.stream, self.version, list(events))
+        request = AppendRequest(self.stream, self.version, list(events))
+        if self.group is not None:
+            recorded = await self.group.append(request)
+        else:
+            recorded = (await self.store.append_many([request]))[0]
         self.version = recorded[-1].version
         self.appended += len(recorded)
 

@@ -51,6 +51,7 @@ from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.group_commit import GroupCommit
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
@@ -77,8 +78,12 @@ class CellRunner:
         cell_id: str,
         clock: Clock,
         executor: Executor,
+        *,
+        ingest_commit: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        # Shared by every cell of the daemon: their ingested batches share transactions.
+        self.ingest_commit = ingest_commit
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -339,7 +344,12 @@ class CellRunner:
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt), hold_close=True)
+        sink = IngestSink(
+            self.store,
+            ingest_stream(self.cell_id, state.attempt),
+            hold_close=True,
+            group=self.ingest_commit,
+        )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
         positions = fold_positions(recorded)
