@@ -1,10 +1,11 @@
 """Watch run directories and turn their growing files into ingest events.
 
 :class:`RunDirWatcher` owns one :class:`~arenad.ingest.tailer.FileTailer` per
-selected file under one or more :class:`WatchSource` roots. It wakes on watchdog
-(inotify) notifications *and* on a periodic rescan, so a missed notification
-delays at most one rescan interval and loses nothing; files that appear after
-start (new workers) are picked up by the rescan a creation triggers.
+selected file under one or more :class:`WatchSource` roots. It wakes on inotify
+notifications (:mod:`arenad.ingest.inotify`, read on the event loop) *and* on a
+periodic rescan, so a missed notification delays at most one rescan interval and
+loses nothing; files that appear after start (new workers) are picked up by the
+rescan a creation triggers.
 
 Delivery is batched: each sink call carries the lines available now across all
 files, at most ``max_batch_events`` events or about ``max_batch_bytes`` line bytes
@@ -30,19 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirMovedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver, ObservedWatch
+from watchdog.observers.api import BaseObserver
 
+from arenad.ingest.inotify import Inotify, Watch
 from arenad.ingest.offsets import (
     FileKey,
     IngestPosition,
@@ -126,7 +118,12 @@ class GlobSelection:
     @property
     def recursive(self) -> bool:
         """Whether any pattern reaches below the root (the watch must recurse)."""
-        return any(len(segs) > 1 for segs, _ in self._compiled)
+        return self.depth > 0
+
+    @property
+    def depth(self) -> int:
+        """How many directory levels below the root a pattern reaches (no ``**``)."""
+        return max((len(segs) - 1 for segs, _ in self._compiled), default=0)
 
     def classify(self, relpath: str) -> Mode | None:
         """The mode a relative path is ingested in, or ``None`` if it is not selected."""
@@ -255,27 +252,6 @@ def stop_observer(observer: BaseObserver) -> None:
     observer.join(timeout=10)
 
 
-_WATCHED_EVENTS: list[type[FileSystemEvent]] = [
-    FileModifiedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    DirCreatedEvent,
-    DirMovedEvent,
-]
-"""No open/close-nowrite events: the watcher's own reads must not wake it."""
-
-
-class _Waker(FileSystemEventHandler):
-    """Runs on watchdog's thread: only flips flags and pokes the loop."""
-
-    def __init__(self, notify: Callable[[bool], None]) -> None:
-        self._notify = notify
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._notify(event.is_directory or event.event_type != "modified")
-
-
 @dataclass
 class IngestStats:
     """Counters for benchmarks and diagnostics (committed batches only)."""
@@ -310,11 +286,11 @@ class RunDirWatcher:
         inotify: bool = True,
         busy_rate: float = DEFAULT_BUSY_RATE,
         busy_interval: float = DEFAULT_BUSY_INTERVAL,
-        observer: BaseObserver | None = None,
+        observer: Inotify | None = None,
     ) -> None:
-        """``observer``: a started watchdog observer shared with other watchers (a daemon
-        watching many runs); this watcher schedules its roots on it and unschedules them
-        on close. Without one it starts (and stops) an observer of its own."""
+        """``observer``: an inotify instance shared with other watchers (a daemon watching
+        many runs); this watcher adds its roots' watches to it and removes them on close.
+        Without one it opens (and closes) an instance of its own."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate source names: {names}")
@@ -339,10 +315,9 @@ class RunDirWatcher:
         self._tailers: dict[FileKey, FileTailer] = {}
         self._order: list[FileTailer] = []
         self._rr = 0
-        self._observer: BaseObserver | None = None
+        self._observer: Inotify | None = None
         self._shared_observer = observer
-        self._watches: list[ObservedWatch] = []
-        self._handler = _Waker(self._notify_threadsafe)
+        self._watches: list[Watch] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._wake_requested = False
@@ -381,7 +356,10 @@ class RunDirWatcher:
         if self._use_inotify and self._shared_observer is not None:
             self._observer = self._shared_observer
         elif self._use_inotify:
-            self._observer = start_observer("ingestion")
+            try:
+                self._observer = Inotify()
+            except OSError as exc:
+                log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
         self._task = asyncio.create_task(self._run(), name="arenad-ingest-watcher")
         self._task.add_done_callback(self._task_done)
 
@@ -446,19 +424,16 @@ class RunDirWatcher:
 
     # -- the loop ------------------------------------------------------------------
 
-    def _notify_threadsafe(self, rescan: bool) -> None:
-        # watchdog thread. Flags are plain attributes (atomic under the GIL); the
-        # loop resets them *before* it reads, so a write after the reset always
-        # schedules a new wake and a write before it is seen by the read.
+    def _notify(self, rescan: bool) -> None:
+        # On the loop (the inotify reader). The loop resets the flags *before* it
+        # reads, so a notification after the reset always wakes it again and one
+        # before it is seen by the read.
         if rescan:
             self._rescan_requested = True
         if self._wake_requested:
             return
         self._wake_requested = True
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # loop closed
-                loop.call_soon_threadsafe(self._wake.set)
+        self._wake.set()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -466,8 +441,8 @@ class RunDirWatcher:
             log.error("ingestion stopped: the sink raised %r", self._failure)
 
     async def _run(self) -> None:
-        # Idle, the watcher sleeps until watchdog reports a change (or the next
-        # rescan). Under load (``busy_rate`` events/s or more) watchdog's per-write
+        # Idle, the watcher sleeps until inotify reports a change (or the next
+        # rescan). Under load (``busy_rate`` events/s or more) inotify's per-write
         # notifications cost more than they save: the watches are dropped and the
         # files polled every ``busy_interval`` until the rate falls below a quarter
         # of ``busy_rate``, then the watches come back.
@@ -519,7 +494,7 @@ class RunDirWatcher:
                 break
             # Busy is decided before the batch goes to the sink, not after: a writer at
             # full speed makes one inotify notification per write, and each costs
-            # watchdog's threads Python time (the GIL) for as long as the watches stay;
+            # the loop Python time (the GIL) for as long as the watches stay;
             # the first batch's append alone can last a few hundred ms.
             self._window_events += len(batch)
             if not self._busy and self._window_events >= self._busy_rate * _BUSY_WINDOW:
@@ -589,43 +564,32 @@ class RunDirWatcher:
 
     async def _watch(self, root: _Root) -> bool:
         observer = self._observer
-        if observer is None or root.path is None:
+        if observer is None or root.path is None or observer.closed:
             return True
         try:
-            watch = await asyncio.to_thread(
-                observer.schedule,
-                self._handler,
-                str(root.path),
-                recursive=root.source.selection.recursive,
-                event_filter=_WATCHED_EVENTS,
-            )
+            watch = observer.watch(str(root.path), root.source.selection.depth, self._notify)
             self._watches.append(watch)
-        except OSError as exc:  # gone again, or out of watches: rescans still work
+        except FileNotFoundError:
+            pass  # gone again: the next rescan finds it or not
+        except OSError as exc:  # out of watches: rescans still work
             log.warning("cannot watch %s, relying on rescans: %s", root.path, exc)
         return True
 
     async def _unschedule_own(self) -> None:
-        """Drop this watcher's watches (only its own: the observer may be shared)."""
+        """Drop this watcher's watches (only its own: the instance may be shared)."""
         observer = self._observer
         watches, self._watches = self._watches, []
-        # Two roots of one watcher may be one directory (one watch): unschedule it once.
-        unique = list({id(w): w for w in watches}.values())
-        if observer is None or not unique:
+        if observer is None or observer.closed:
             return
-
-        def unschedule() -> None:
-            for watch in unique:
-                with contextlib.suppress(KeyError):
-                    observer.unschedule(watch)
-
-        await asyncio.to_thread(unschedule)
+        for watch in watches:
+            observer.unwatch(watch)
 
     async def _stop_observer(self) -> None:
         await self._unschedule_own()
         observer, self._observer = self._observer, None
         if observer is None or observer is self._shared_observer:
             return
-        await asyncio.to_thread(stop_observer, observer)
+        observer.close()
 
     async def _final_drain(self) -> None:
         await self._rescan()

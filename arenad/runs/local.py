@@ -2,23 +2,24 @@
 
 Steps run in the daemon's event loop (or a thread, for blocking ones). Agent runs start
 through the daemon's :class:`~arenad.runs.launcher_client.WrapperLauncher` as detached
-runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched by one
-shared watchdog observer (:class:`~arenad.ingest.watcher.RunDirWatcher` per run).
+runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched through
+one shared inotify instance on the event loop (:mod:`arenad.ingest.inotify`; a
+:class:`~arenad.ingest.watcher.RunDirWatcher` per run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from watchdog.observers.api import BaseObserver
-
 from arenad.clock import Clock, system_clock
+from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import Positions
-from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource, start_observer, stop_observer
+from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource
 from arenad.runs import groups
 from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
 from arenad.runs.executor import (
@@ -33,6 +34,8 @@ from arenad.runs.executor import (
 from arenad.runs.files import RunFiles, capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from events.cell import RunStarted
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -51,7 +54,7 @@ class LocalObservation(Observation):
 
 class LocalRun(Run):
     def __init__(
-        self, run: DetachedRun, clock: Clock, observer: BaseObserver | None, node: str | None
+        self, run: DetachedRun, clock: Clock, observer: Inotify | None, node: str | None
     ) -> None:
         self.run = run
         self.files = run.files
@@ -191,14 +194,17 @@ class LocalExecutor(Executor):
         self.clock = clock
         self.node = node
         self.launcher = WrapperLauncher()
-        self.observer: BaseObserver | None = None
+        self.observer: Inotify | None = None
         self._inotify = inotify
         self._site = LocalSite(self)
 
     async def start(self) -> None:
-        """Start the shared watchdog observer (one inotify instance and thread)."""
+        """Open the shared inotify instance (read on this loop; no thread)."""
         if self._inotify and self.observer is None:
-            self.observer = await asyncio.to_thread(start_observer, "ingestion")
+            try:
+                self.observer = Inotify()
+            except OSError as exc:
+                log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 
     async def site(self, cell_id: str, attempt: int) -> Site:
         return self._site
@@ -210,7 +216,7 @@ class LocalExecutor(Executor):
         observer, self.observer = self.observer, None
         try:
             if observer is not None:
-                await asyncio.to_thread(stop_observer, observer)
+                observer.close()
         finally:
             await self.launcher.close()
 
