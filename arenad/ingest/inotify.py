@@ -95,6 +95,10 @@ class Watch:
         self.depth = depth
         self.notify = notify
         self.wds: set[int] = set()
+        self.root_wd: int | None = None
+        # False once the root directory was deleted or moved away (the kernel's watch
+        # follows the inode, not the path): its owner should watch the path anew.
+        self.healthy = True
 
 
 class Inotify:
@@ -159,6 +163,8 @@ class Inotify:
         self._subs.setdefault(wd, {})[watch] = level
         self._paths[wd] = path
         watch.wds.add(wd)
+        if level == 0:
+            watch.root_wd = wd
         if level < watch.depth:
             self._add_below(path, watch, level)
 
@@ -211,8 +217,11 @@ class Inotify:
             if not subs:
                 continue
             entries_changed = bool(mask & IN_ISDIR) or not mask & IN_MODIFY
+            gone = mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)
             for watch, level in list(subs.items()):
                 told[watch] = told.get(watch, False) or entries_changed
+                if gone and wd == watch.root_wd:
+                    watch.healthy = False
                 new_dir = mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO)
                 if new_dir and name and level < watch.depth:
                     try:

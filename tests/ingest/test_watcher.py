@@ -409,3 +409,32 @@ async def test_watchers_sharing_an_observer_keep_their_own_watches(tmp_path: Pat
         assert observer.directories == 0
     finally:
         observer.close()
+
+
+async def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
+    # While every root is watched, rescans are rare (an hour here): a root whose
+    # directory went away loses its watch, so rescans come back until it is watched again.
+    run = tmp_path / "run"
+    run.mkdir()
+    sink = Recorder()
+    watcher = RunDirWatcher(
+        [file_source("stdout", run / "out.jsonl")],
+        sink,
+        rescan_interval=0.05,
+        watched_rescan_interval=3600,
+    )
+    await watcher.start()
+    try:
+        append(run / "out.jsonl", _line("a", 1))
+        await until(lambda: len(sink.lines("out.jsonl")) == 1, what="the first line")
+        (run / "out.jsonl").unlink()
+        run.rmdir()
+        run.mkdir()
+        append(run / "out.jsonl", _line("a", 2))
+        await until(lambda: len(sink.lines("out.jsonl")) == 2, timeout=10, what="the new file")
+        # Watched again: a line written now arrives by inotify, not by an hourly rescan.
+        await until(lambda: watcher._next_rescan_in() == 3600, what="the new watch")
+        append(run / "out.jsonl", _line("a", 3))
+        await until(lambda: len(sink.lines("out.jsonl")) == 3, timeout=10, what="inotify")
+    finally:
+        await watcher.close()
