@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arenad.runs import groups
+from arenad.runs import groups, limits
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.launcher_client")
@@ -106,7 +106,7 @@ class WrapperLauncher:
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER_BOOT]
+            argv = [sys.executable, "-I", "-S", "-c", _boot()]
             # Its own session: a terminal's ^C reaches the daemon, not the launcher (it
             # exits when the daemon's end closes).
             self._pid = os.posix_spawn(
@@ -172,6 +172,18 @@ class WrapperLauncher:
             done = self._reaped.pop(message[1], None)
             if done is not None and not done.done():
                 done.set_result(None)
+
+
+def _boot() -> str:
+    # The daemon raised its own open-file limit (arenad.runs.limits); the agents keep
+    # the one it was given: the launcher puts it back before it forks any wrapper.
+    nofile = limits.children_nofile()
+    if nofile is None:
+        return _LAUNCHER_BOOT
+    return (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE,"
+        f" ({nofile}, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); {_LAUNCHER_BOOT}"
+    )
 
 
 def _reap_quietly(pid: int) -> None:
