@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -115,12 +116,24 @@ def migrate(
 def status(
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     campaign: Annotated[str | None, typer.Option(help="Only this campaign's cells.")] = None,
+    as_of: Annotated[
+        int | None,
+        typer.Option(help="Judge overdue cells at this time (ms since the epoch; default now)."),
+    ] = None,
 ) -> None:
-    result = run(services.status(_ctx.home, campaign))
+    # The one clock of `status`, read here at the edge: the projection is a pure function
+    # of the log and this time.
+    now_ms = as_of if as_of is not None else time.time_ns() // 1_000_000
+    result = run(services.status(_ctx.home, campaign, now_ms))
     if json_:
-        typer.echo(_json.encode({"counts": result["counts"], "cells": result["cells"]}).decode())
+        document = {
+            "counts": result["counts"],
+            "cells": result["cells"],
+            "overdue": result["overdue"],
+        }
+        typer.echo(_json.encode(document).decode())
     else:
-        typer.echo(status_table(result["count_list"], result["cells"]))
+        typer.echo(status_table(result["count_list"], result["cells"], result["overdue"]))
 
 
 @command(

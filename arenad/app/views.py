@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from arenad.cell.overdue import Overdue
 from events.base import Recorded
 
 _json = msgspec.json.Encoder()
@@ -80,7 +81,11 @@ def _verify_text(scored: Any, verify_pass: Any) -> str:
     return "pass" if verify_pass else "fail"
 
 
-def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any]]) -> str:
+def status_table(
+    counts: Sequence[tuple[str, int]],
+    rows: Sequence[dict[str, Any]],
+    overdue: Sequence[Overdue] = (),
+) -> str:
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     if rows:
         table = [STATUS_COLUMNS]
@@ -107,4 +112,13 @@ def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any
         widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
         for r in table:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if overdue:
+        out.append(
+            f"overdue: {len(overdue)} cell(s) in a transient state longer than their steps allow"
+        )
+        for late in overdue:
+            out.append(
+                f"  {late.cell_id}  {late.state} for {late.for_s:.0f} s"
+                f" (limit {late.limit_s:.0f} s), waiting for {late.waiting_for}"
+            )
     return "\n".join(out)

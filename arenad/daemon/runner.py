@@ -37,11 +37,13 @@ import msgspec
 
 from arenad.arms import Arm, ArmContext, arm_for, before_start_step, prepare_step
 from arenad.cell.machine import CellState, CellStatus, apply
+from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon import steps
+from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
+from arenad.errors import StoreUnwritable
 from arenad.home import Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError
@@ -147,7 +149,7 @@ class CellRunner:
 
     async def step(self, state: CellState) -> None:
         if self.abort.is_set() and state.status in (S.SUBMITTED, S.MATERIALIZED):
-            await self.writer.append(
+            await self._append(
                 [
                     ev.CellFailed(
                         attempt=state.attempt,
@@ -223,15 +225,22 @@ class CellRunner:
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
         return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
 
+    async def _append(
+        self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
+    ) -> CellState:
+        async with stalls.reported(self.cell_id, "append"):
+            return await self.writer.append(events, also=also)
+
     # -- steps -------------------------------------------------------------------
 
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
         site = await self._site(state)
         try:
-            result = await site.call(
-                steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
-            )
+            async with stalls.reported(self.cell_id, "materialize"):
+                result = await site.call(
+                    steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
+                )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
@@ -239,7 +248,7 @@ class CellRunner:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         self._materialized_here = True
-        await self.writer.append(
+        await self._append(
             [
                 ev.CellMaterialized(
                     attempt=state.attempt,
@@ -264,8 +273,9 @@ class CellRunner:
         arm = self.arm
         site = await self._site(state)
         try:
-            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
-            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+            async with stalls.reported(self.cell_id, "spawn"):
+                launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return
@@ -286,7 +296,8 @@ class CellRunner:
             attempt=state.attempt,
         )
         try:
-            run = await site.start(request)
+            async with stalls.reported(self.cell_id, "spawn"):
+                run = await site.start(request)
         except groups.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
             return
@@ -310,7 +321,7 @@ class CellRunner:
             node=record.node,
         )
         try:
-            state = await self.writer.append([*before_start, started])
+            state = await self._append([*before_start, started])
         except BaseException:
             await run.cancel_unreleased()
             raise
@@ -327,7 +338,7 @@ class CellRunner:
         run = await site.attach(started, str(ctx.run_dir))
         if await run.alive():
             log.info("%s: adopting run pid %d", self.cell_id, run.record.pid)
-            state = await self.writer.append(
+            state = await self._append(
                 [ev.RunAdopted(attempt=state.attempt, pid=run.record.pid, daemon_pid=os.getpid())]
             )
         await self._follow_run(state, ctx, site, run)
@@ -362,8 +373,9 @@ class CellRunner:
             if self.config.hang_after_s
             else None
         )
+        ingest_failure: BaseException | None = None
         try:
-            end = await run.wait()
+            end, ingest_failure = await self._wait_run(state, run, observation)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -373,9 +385,57 @@ class CellRunner:
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
-        if observation is not None:
+        if observation is not None and ingest_failure is None:
             await observation.close()
+        elif observation is not None:
+            await observation.abort()
         await self._record_end(state, ctx, site, end, sink)
+        if ingest_failure is not None and self.writer.state is not None:
+            await self._fail(
+                self.writer.state,
+                "ingest",
+                f"ingestion stopped while the run ran: {ingest_failure!r}",
+                retryable=True,
+            )
+
+    async def _wait_run(
+        self, state: CellState, run: Run, observation: Observation | None
+    ) -> tuple[RunEnd, BaseException | None]:
+        """The run's end, and the ingestion's failure if it stopped first.
+
+        Ingestion that stopped can never catch up with the run (its peer, the watcher,
+        is gone): rather than wait out the run unobserved (hours, maybe), the run is
+        aborted and the cell fails with that reason. An unwritable store is fatal
+        for the daemon instead, and is raised.
+        """
+        record = run.record
+        limit_s = (
+            max(0.0, (record.deadline_ms - self.clock()) / 1000)
+            + (state.run.kill_grace_s if state.run is not None else 0.0)
+            + STEP_LIMITS_S["run"]
+        )
+        async with stalls.reported(self.cell_id, "run", limit_s):
+            ending = asyncio.ensure_future(run.wait())
+            if observation is None:
+                return await ending, None
+            failing = asyncio.ensure_future(observation.failed())
+            try:
+                await asyncio.wait({ending, failing}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                ending.cancel()
+                raise
+            finally:
+                if not failing.done():
+                    failing.cancel()
+            if ending.done() or failing.cancelled():
+                return await ending, None
+            failure = failing.result()
+            if isinstance(failure, StoreUnwritable):
+                ending.cancel()
+                raise failure
+            log.error("%s: ingestion stopped, aborting the run: %r", self.cell_id, failure)
+            run.abort(f"ingestion stopped: {failure}")
+            return await ending, failure
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -418,7 +478,7 @@ class CellRunner:
         """Append to the cell with ``also`` in the same transaction; if the cell moved on
         meanwhile, ``also`` (facts about what was ingested) is still recorded on its own."""
         try:
-            await self.writer.append(events, also=also)
+            await self._append(events, also=also)
         except CellMovedOn:
             if also:
                 await self.store.append_many(list(also))
@@ -446,7 +506,7 @@ class CellRunner:
             action: Literal["none", "abort"] = "abort" if self.config.hang_abort else "none"
             log.warning("%s: no output for %.0f s (%s)", self.cell_id, silent_s, action)
             try:
-                await self.writer.append(
+                await self._append(
                     [ev.HangDetected(attempt=attempt, silent_s=round(silent_s, 3), action=action)]
                 )
             except CellMovedOn:
@@ -463,26 +523,29 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            patch = await site.call(
-                steps.patch_step,
-                str(ctx.workspace),
-                spec.instance.base_commit,
-                list(spec.excludes),
-                str(patch_path),
-            )
+            async with stalls.reported(self.cell_id, "patch"):
+                patch = await site.call(
+                    steps.patch_step,
+                    str(ctx.workspace),
+                    spec.instance.base_commit,
+                    list(spec.excludes),
+                    str(patch_path),
+                )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too.
-        verdict = await site.call(
-            steps.verify_step,
-            spec.instance.verify_cmd,
-            str(ctx.workspace),
-            str(verify_log),
-            ctx.env,
-            spec.verify_timeout_s,
-        )
+        verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
+        async with stalls.reported(self.cell_id, "verify", verify_limit):
+            verdict = await site.call(
+                steps.verify_step,
+                spec.instance.verify_cmd,
+                str(ctx.workspace),
+                str(verify_log),
+                ctx.env,
+                spec.verify_timeout_s,
+            )
         events: list[Event] = [
             ev.CellVerified(
                 attempt=state.attempt,
@@ -499,36 +562,40 @@ class CellRunner:
         if spec.judge is not None:
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
-            events.append(
-                await site.call(
-                    steps.judge_step,
-                    spec.judge,
-                    state.attempt,
-                    str(ctx.workspace),
-                    str(ctx.run_dir),
-                    ctx.env,
+            judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
+            async with stalls.reported(self.cell_id, "judge", judge_limit):
+                events.append(
+                    await site.call(
+                        steps.judge_step,
+                        spec.judge,
+                        state.attempt,
+                        str(ctx.workspace),
+                        str(ctx.run_dir),
+                        ctx.env,
+                    )
                 )
-            )
         if not self.arm.recovery_joins_verify:
-            await self.writer.append(events)
+            await self._append(events)
             return
         # A crash before the append redoes both steps; recovery failing records the
         # verdict first.
         reader = self._ingested(state.attempt)
         try:
-            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+            async with stalls.reported(self.cell_id, "capture"):
+                captures, recovered = await self.arm.recover(site, ctx, state, reader)
         except Exception:
-            await self.writer.append(events)
+            await self._append(events)
             raise
-        state = await self.writer.append([*events, recovered], also=captures)
+        state = await self._append([*events, recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
         site = await self._site(state)
         reader = self._ingested(state.attempt)
-        captures, recovered = await self.arm.recover(site, ctx, state, reader)
-        state = await self.writer.append([recovered], also=captures)
+        async with stalls.reported(self.cell_id, "capture"):
+            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+        state = await self._append([recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
 
     async def _fail(

@@ -51,6 +51,15 @@ class LocalObservation(Observation):
     async def abort(self) -> None:
         await self.watcher.abort()
 
+    async def failed(self) -> BaseException:
+        try:
+            await self.watcher.wait()
+        except Exception as exc:
+            return exc
+        # Closed without an error: nothing more to say.
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
 
 class LocalRun(Run):
     def __init__(
