@@ -142,8 +142,9 @@ class Daemon:
         self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
         self._make_executor = executor
         self.executor: Executor | None = None
-        # Every cell's ingested batches: those that arrive together share a transaction.
-        self.ingest_commit = GroupCommit(store)
+        # Every cell's appends (transitions, ingested batches): those that arrive together
+        # share a transaction.
+        self.group_commit = GroupCommit(store)
 
     # -- control -----------------------------------------------------------------
 
@@ -240,7 +241,7 @@ class Daemon:
             cell_id,
             self.clock,
             executor,
-            ingest_commit=self.ingest_commit,
+            group_commit=self.group_commit,
         )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")

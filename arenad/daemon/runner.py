@@ -81,18 +81,23 @@ class CellRunner:
         clock: Clock,
         executor: Executor,
         *,
-        ingest_commit: GroupCommit | None = None,
+        group_commit: GroupCommit | None = None,
     ) -> None:
         self.store = store
-        # Shared by every cell of the daemon: their ingested batches share transactions.
-        self.ingest_commit = ingest_commit
+        # Shared by every cell of the daemon: their appends (ingested batches and
+        # transitions alike) that arrive together share a transaction.
+        self.group_commit = group_commit
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
         self.executor = executor
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
-        self.writer = CellWriter(store, cell_id)
+        self.writer = CellWriter(
+            store,
+            cell_id,
+            append_many=group_commit.append_many if group_commit is not None else None,
+        )
         self.run_in_flight: Run | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
@@ -359,7 +364,7 @@ class CellRunner:
             self.store,
             ingest_stream(self.cell_id, state.attempt),
             hold_close=True,
-            group=self.ingest_commit,
+            group=self.group_commit,
         )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
