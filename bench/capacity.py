@@ -438,8 +438,14 @@ def print_figures(runs: list[Run]) -> None:
             f" {f.cpu_per_1k_lines_ms:16.1f} {f.lag_p50_ms:11.1f} {f.lag_p95_ms:11.1f}"
             f" {run.load[0]:4.1f}-{run.load[1]:<4.1f}"
         )
-    a, b = figs
+    if len(figs) == 2:
+        print_ratios(*figs)
+    for run in runs:
+        for note in run.notes:
+            print(f"  {run.name}: {note}")
 
+
+def print_ratios(a: Figures, b: Figures) -> None:
     def ratio(x: float, y: float) -> str:
         return f"{x / y:.2f}" if y > 0 else "inf"
 
@@ -449,12 +455,11 @@ def print_figures(runs: list[Run]) -> None:
         f" CPU/1k lines {ratio(a.cpu_per_1k_lines_ms, b.cpu_per_1k_lines_ms)},"
         f" lag p50 {ratio(a.lag_p50_ms, b.lag_p50_ms)}, lag p95 {ratio(a.lag_p95_ms, b.lag_p95_ms)}"
     )
-    for run in runs:
-        for note in run.notes:
-            print(f"  {run.name}: {note}")
 
 
-async def bench(cells_list: list[int], duration: float, interval: float) -> None:
+async def bench(
+    cells_list: list[int], duration: float, interval: float, only_arenad: bool = False
+) -> None:
     lines = max(2, round(duration / interval))
     root = Path(tempfile.mkdtemp(prefix="arenad-capacity-"))
     try:
@@ -465,9 +470,11 @@ async def bench(cells_list: list[int], duration: float, interval: float) -> None
         )
         for cells in cells_list:
             print(f"N = {cells}")
-            base = await baseline_run(root / f"baseline-{cells}", cells, lines, interval)
-            ours = await arenad_run(root / f"arenad-{cells}", cells, lines, interval, idle)
-            print_figures([ours, base])
+            runs = []
+            if not only_arenad:
+                runs.append(await baseline_run(root / f"baseline-{cells}", cells, lines, interval))
+            runs.insert(0, await arenad_run(root / f"arenad-{cells}", cells, lines, interval, idle))
+            print_figures(runs)
             shutil.rmtree(root / f"baseline-{cells}", ignore_errors=True)
             shutil.rmtree(root / f"arenad-{cells}", ignore_errors=True)
     finally:
@@ -480,6 +487,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--quick", action="store_true", help="5 cells for 4 s (a smoke run)")
+    parser.add_argument(
+        "--only-arenad", action="store_true", help="skip the baseline (A/B runs of arenad)"
+    )
     parser.add_argument("--baseline-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -488,7 +498,7 @@ def main() -> None:
         return
     if args.quick:
         args.cells, args.duration = [5], 4.0
-    asyncio.run(bench(args.cells, args.duration, args.interval))
+    asyncio.run(bench(args.cells, args.duration, args.interval, args.only_arenad))
 
 
 if __name__ == "__main__":
