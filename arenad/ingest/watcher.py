@@ -490,8 +490,14 @@ class RunDirWatcher:
         if self._timer is not None and self._timer_at == at:
             return
         self._disarm_timer()
-        self._timer = loop.call_at(at, self._wake.set)
+        self._timer = loop.call_at(at, self._on_timer)
         self._timer_at = at
+
+    def _on_timer(self) -> None:
+        # Fired: the next wait arms a new one, even for the same deadline (asyncio may
+        # fire a timer up to its clock's resolution early).
+        self._timer = None
+        self._wake.set()
 
     def _disarm_timer(self) -> None:
         if self._timer is not None:
