@@ -134,7 +134,11 @@ def _extensions(data: bytes, at: int) -> list[bytes]:
 def gitlinks(path: str | os.PathLike[str]) -> dict[str, str]:
     """Every gitlink entry of the index at ``path``: repository path -> commit id."""
     with open(path, "rb") as f:
-        data = f.read()
+        return gitlinks_of(f.read())
+
+
+def gitlinks_of(data: bytes) -> dict[str, str]:
+    """Every gitlink entry of an index file's bytes: repository path -> commit id."""
     _version, entries, _at = _parse(data)
     return {
         e.path.decode("utf-8", "surrogateescape"): e.oid.hex()
@@ -144,10 +148,11 @@ def gitlinks(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def restamp(index_path: str | os.PathLike[str], work_tree: str | os.PathLike[str]) -> bytes:
-    """Rewrite the index at ``index_path`` with every entry's stat data taken from its file
-    under ``work_tree`` (content trusted to be what the entry names); returns the bytes
-    written. Raises IndexFormatError (nothing written) for what it does not handle, or a
-    file whose type no longer matches its entry."""
+    """Rewrite the index at ``index_path`` (in place: nobody else may be reading it) with
+    every entry's stat data taken from its file under ``work_tree`` (content trusted to be
+    what the entry names); returns the bytes written. Raises IndexFormatError (nothing
+    written) for what it does not handle, or a file whose type no longer matches its
+    entry."""
     with open(index_path, "rb") as f:
         data = bytearray(f.read())
     _version, entries, ext_at = _parse(bytes(data))
@@ -180,9 +185,8 @@ def restamp(index_path: str | os.PathLike[str], work_tree: str | os.PathLike[str
         )
     data[-_HASH_LEN:] = hashlib.sha1(bytes(data[:-_HASH_LEN])).digest()
     out = bytes(data)
-    tmp = os.fspath(index_path) + ".restamp"
-    with open(tmp, "wb") as f:
+    # In place, same size: the workspace is still the daemon's alone (and a new file and a
+    # rename cost far more than a write on a filesystem slow to make inodes).
+    with open(index_path, "r+b") as f:
         f.write(out)
-    os.chmod(tmp, stat.S_IMODE(os.stat(index_path).st_mode))
-    os.replace(tmp, index_path)
     return out

@@ -24,10 +24,14 @@ environment, less the variables that would redirect them to another repository
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from arenad.runs.commands import CommandError, RunResult, run_ok
+import msgspec
+
+from arenad.runs.commands import CommandError, RunResult, run, run_ok
+from arenad.runs.groups import SpawnError
 
 GIT = "git"
 GIT_TIMEOUT_S = 120.0
@@ -152,6 +156,77 @@ async def run_git(
     )
 
 
+class GitStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One command of :func:`run_git_steps`: its args, where its stdout goes (a file, else
+    the run's), and whether the sequence stops when it fails (else its stderr goes to
+    ``stdout`` too, which then holds the output or the error)."""
+
+    args: list[str]
+    stage: str
+    stdout: str | None = None
+    may_fail: bool = False
+
+
+_FIRST_STEP_CODE = 100  # exit status 100+i: step i failed
+
+
+async def run_git_steps(
+    steps: Sequence[GitStep],
+    *,
+    git_dir: str | os.PathLike[str],
+    work_tree: str | os.PathLike[str] | None,
+    home: str | os.PathLike[str],
+    index: str | os.PathLike[str] | None = None,
+    timeout_s: float = GIT_TIMEOUT_S,
+) -> RunResult:
+    """Hardened git commands in order, as one process tree (``/bin/sh`` running them): the
+    daemon pays one spawn for them all. Every word is quoted with :func:`shlex.quote`, so
+    nothing in them is read by the shell. Raises CommandError with the failed step's stage
+    (the last stderr lines), or ``steps[0].stage`` for a timeout."""
+    h = os.fspath(home)
+    d, w = os.fspath(git_dir), None if work_tree is None else os.fspath(work_tree)
+    prefix = shlex.join(hardened_argv(d, w, []))
+    lines = []
+    for i, step in enumerate(steps):
+        line = f"{prefix} {shlex.join(step.args)}"
+        if step.stdout is not None:
+            line += f" >{shlex.quote(step.stdout)}"
+        if step.may_fail:
+            line += " 2>&1 || :" if step.stdout is not None else " || :"
+        else:
+            # The command's own status goes to stderr's last line; sh's says which failed.
+            line += f' || {{ echo "[exit $?]" >&2; exit {_FIRST_STEP_CODE + i}; }}'
+        lines.append(line)
+    argv = ["/bin/sh", "-c", "\n".join(lines)]
+    try:
+        result = await run(
+            argv,
+            cwd=h,
+            env=hardened_env(h, index=None if index is None else os.fspath(index)),
+            timeout_s=timeout_s,
+        )
+    except SpawnError as exc:
+        raise CommandError(steps[0].stage, argv, None, exc.reason) from exc
+    if result.ok:
+        return result
+    failed = result.code - _FIRST_STEP_CODE
+    if 0 <= failed < len(steps) and not result.timed_out:
+        # The failed command, as it ran, with its own exit status.
+        stderr, _, status = result.stderr_text.rstrip("\n").rpartition("\n")
+        if not status.startswith("[exit "):
+            stderr, status = stderr + "\n" + status, f"[exit {result.code}]"
+        step = steps[failed]
+        raise CommandError(
+            step.stage,
+            hardened_argv(d, w, step.args),
+            int(status.removeprefix("[exit ").removesuffix("]")),
+            stderr[-2000:],
+        )
+    raise CommandError(
+        steps[0].stage, argv, result.code, result.stderr_text[-2000:], timed_out=result.timed_out
+    )
+
+
 def source_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The daemon's environment for a command on the user's source, without what would
     redirect it, and never prompting."""
@@ -217,10 +292,12 @@ __all__ = [
     "GIT_TIMEOUT_S",
     "HARDENING",
     "CommandError",
+    "GitStep",
     "hardened_argv",
     "hardened_env",
     "head_commit_blocking",
     "run_git",
+    "run_git_steps",
     "run_source_git",
     "source_env",
 ]

@@ -1,13 +1,17 @@
 """A workspace's seal: what the daemon keeps of a workspace it made, before any agent ran.
 
 The agent owns ``ws/.git``; the daemon never reads it again after materialization. Instead
-each cell has a *git root* the daemon owns, outside the run dir (so the sandbox hides it)::
+each cell has a *git root* the daemon owns, outside the run dir (so the sandbox hides it),
+itself a git dir::
 
-    <root>/repo/        a git dir holding the base commit's objects; HEAD = base (detached);
-                        a config the daemon writes; no hooks
-    <root>/base.index   the workspace's index at materialization: base's entries with the
-                        stat data of the files as the daemon left them
-    <root>/work.index   the patch step's private index (a fresh copy of base.index each time)
+    <root>/HEAD, refs/  HEAD = base (detached); no config (git's defaults, plus gitsafe's
+                        overrides, are all it reads) and no hooks
+    <root>/objects/     the base commit's objects
+    <root>/index        the private index of the patch step: at first the workspace's index
+                        as the daemon left it (base's entries, stat data of its own files)
+    <root>/base.index   a copy of that first index, kept only when base has gitlinks
+                        (nested repositories), to tell the agent's new ones apart
+    <root>/base.tree    what the patch step's ``rev-parse <base>^{tree}`` said
 
 and records (in CellMaterialized) the base commit's tree and the identity of ``ws`` and
 ``ws/.git``: (device, inode, inode generation). ext4 gives a freed inode number to the next
@@ -18,6 +22,9 @@ alone is kept, written ``dev:ino:-``.
 The repo's objects must be files no agent can write: for a template's copy they are hard
 links to the template's (which the sandbox hides, and which no cell's workspace shares);
 for any other workspace they are copies of its objects, taken before the agent ran.
+
+Everything here is a handful of small files made once per cell: on a filesystem where
+creating an inode is slow (this VM's ext4 after many deletions), each one counts.
 """
 
 from __future__ import annotations
@@ -33,14 +40,15 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.materialize import gitsafe
+from arenad.materialize import gitindex, gitsafe
 
 FS_IOC_GETVERSION = 0x80087601
-REPO = "repo"
+INDEX = "index"
 BASE_INDEX = "base.index"
-WORK_INDEX = "work.index"
-# The only config the daemon's git reads (with gitsafe's -c overrides on top).
-REPO_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+TREE_OUT = "base.tree"
+# A gitlink entry's mode (0o160000) as it sits in an index entry: a cheap "maybe" before a
+# parse (false positives are harmless).
+_GITLINK_MODE = struct.pack(">I", 0o160000)
 
 
 class Seal(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,15 +62,19 @@ class Seal(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def git_dir(self) -> str:
-        return os.path.join(self.root, REPO)
+        return self.root
+
+    @property
+    def index(self) -> str:
+        return os.path.join(self.root, INDEX)
 
     @property
     def base_index(self) -> str:
         return os.path.join(self.root, BASE_INDEX)
 
     @property
-    def work_index(self) -> str:
-        return os.path.join(self.root, WORK_INDEX)
+    def tree_out(self) -> str:
+        return os.path.join(self.root, TREE_OUT)
 
 
 def identity(path: str | os.PathLike[str]) -> str:
@@ -92,42 +104,39 @@ def _identity_or_why(path: str) -> str:
         return exc.strerror or str(exc)
 
 
-def prepare_root(root: str | os.PathLike[str]) -> Path:
-    """An empty git root at ``root`` (replacing any previous one) with its repo's skeleton."""
+def _prepare_root(root: str | os.PathLike[str], base: str) -> Path:
+    """An empty git root at ``root`` (replacing any previous one): HEAD, refs/ and objects/
+    (the three things that make a git dir)."""
     r = Path(root)
     if r.is_symlink() or r.is_file():
         r.unlink()
     elif r.exists():
         shutil.rmtree(r)
-    repo = r / REPO
-    for sub in ("refs/heads", "refs/tags", "objects"):
-        (repo / sub).mkdir(parents=True)
+    os.makedirs(r / "refs")
+    os.mkdir(r / "objects")
+    _create(r / "HEAD", base.encode() + b"\n")
     return r
 
 
-def write_repo_files(root: str | os.PathLike[str], base: str) -> None:
-    """HEAD (detached at ``base``) and the config; rewritten before every use, so nothing
-    that changed them in between counts."""
-    repo = os.path.join(root, REPO)
-    _write(os.path.join(repo, "HEAD"), base.encode() + b"\n")
-    _write(os.path.join(repo, "config"), REPO_CONFIG)
-
-
-def _write(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+def _create(path: str | os.PathLike[str], data: bytes) -> None:
+    """A new file (the root is fresh: nothing to replace atomically)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
-    os.replace(tmp, path)
 
 
 def fill_objects(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, link: bool) -> None:
     """Put the object store at ``src`` under ``dst`` (an existing dir): hard links when
     ``link`` (a copy where a link is refused), else copies. Regular files and directories
-    only: a symlink, FIFO or socket in an object store is nobody's object."""
+    only: a symlink, FIFO or socket in an object store is nobody's object. Empty dirs are
+    left out (git makes what it needs)."""
     with os.scandir(src) as entries:
         for entry in entries:
             target = os.path.join(dst, entry.name)
             if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as inside:
+                    if next(inside, None) is None:
+                        continue
                 os.mkdir(target)
                 fill_objects(entry.path, target, link=link)
             elif entry.is_file(follow_symlinks=False):
@@ -173,16 +182,17 @@ def seal_workspace(
     index: bytes | None = None,
 ) -> Seal:
     """Seal the freshly made ``ws`` (blocking): the git root at ``root`` with ``objects``
-    (the template's, linked; or the workspace's own, copied), the base index (``index``,
-    else a copy of the workspace's), and the identities of ``ws`` and ``ws/.git``."""
+    (the template's, linked; or the workspace's own, copied), the private index (``index``,
+    else the workspace's), and the identities of ``ws`` and ``ws/.git``."""
     w = os.fspath(ws)
-    r = prepare_root(root)
-    write_repo_files(r, base)
-    fill_objects(objects, r / REPO / "objects", link=link_objects)
+    r = _prepare_root(root, base)
+    fill_objects(objects, r / "objects", link=link_objects)
     if index is None:
         with open(os.path.join(w, ".git", "index"), "rb") as f:
             index = f.read()
-    _write(os.fspath(r / BASE_INDEX), index)
+    _create(r / INDEX, index)
+    if _GITLINK_MODE in index:
+        _create(r / BASE_INDEX, index)
     return Seal(
         root=os.fspath(r),
         workspace=w,
@@ -196,40 +206,42 @@ def seal_workspace(
 async def tree_of(root: str | os.PathLike[str], commit: str) -> str:
     """``<commit>^{tree}`` read from the git root's own repo."""
     r = os.fspath(root)
-    out = await gitsafe.run_git(
-        ["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"],
-        git_dir=os.path.join(r, REPO),
-        work_tree=None,
-        home=r,
-        stage="seal-tree",
-    )
+    out = await gitsafe.run_git(tree_args(commit), git_dir=r, work_tree=None, home=r)
     return out.stdout_text.strip()
+
+
+def tree_args(commit: str) -> list[str]:
+    return ["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"]
+
+
+def tree_evidence(seal: Seal, output: str) -> str | None:
+    """What ``rev-parse <base>^{tree}`` printed (its tree id, or its error), judged
+    against the recorded tree: None when they agree."""
+    said = output.strip()
+    if said == seal.base_tree:
+        return None
+    if len(said) in (40, 64) and all(c in "0123456789abcdef" for c in said):
+        return f"base commit's tree is {said}, recorded {seal.base_tree}"
+    return f"base commit {seal.base} unreadable: {said[-300:] or 'no such commit'}"
 
 
 async def seal_after_the_fact(
     ws: str | os.PathLike[str], root: str | os.PathLike[str], base: str
 ) -> Seal:
     """A seal for a workspace that has none (made before seals existed): its objects
-    copied as they are now, and a base index read from the base tree (no stat data, so
-    the patch step hashes every file). Nothing is known of how ``ws/.git`` looked, so its
+    copied as they are now, and an index read from the base tree (no stat data, so the
+    patch step hashes every file). Nothing is known of how ``ws/.git`` looked, so its
     identities are not compared."""
     w = os.fspath(ws)
-    r = prepare_root(root)
-    write_repo_files(r, base)
+    r = _prepare_root(root, base)
     objects = os.path.join(w, ".git", "objects")
     # An objects dir that is a symlink (or a .git that is a file) is not followed.
     with contextlib.suppress(OSError):
         identity(os.path.join(w, ".git"))
         identity(objects)
-        fill_objects(objects, r / REPO / "objects", link=False)
-    await gitsafe.run_git(
-        ["read-tree", base],
-        git_dir=r / REPO,
-        work_tree=None,
-        home=r,
-        index=r / BASE_INDEX,
-        stage="seal-index",
-    )
+        fill_objects(objects, r / "objects", link=False)
+    await gitsafe.run_git(["read-tree", base], git_dir=r, work_tree=None, home=r, index=r / INDEX)
+    shutil.copyfile(r / INDEX, r / BASE_INDEX)
     return Seal(root=os.fspath(r), workspace=w, base=base, base_tree=await tree_of(r, base))
 
 
@@ -240,9 +252,9 @@ class Inspection(msgspec.Struct, frozen=True, kw_only=True):
     workspace_intact: bool
 
 
-async def inspect(seal: Seal) -> Inspection:
-    """Compare the workspace with its seal: ``ws`` and ``ws/.git`` are the directories the
-    daemon made, and the base commit still has the tree recorded at materialization."""
+def inspect_dirs(seal: Seal) -> Inspection:
+    """``ws`` and ``ws/.git`` are still the directories the daemon made (in-process; the
+    base's tree is checked by the patch step's own git run, see :func:`tree_evidence`)."""
     evidence: list[str] = []
     intact = True
     if seal.ws_identity is not None:
@@ -254,17 +266,19 @@ async def inspect(seal: Seal) -> Inspection:
         now = _identity_or_why(os.path.join(seal.workspace, ".git"))
         if now != seal.dotgit_identity:
             evidence.append(f"ws/.git replaced (made {seal.dotgit_identity}, now {now})")
-    write_repo_files(seal.root, seal.base)
-    try:
-        tree = await tree_of(seal.root, seal.base)
-    except gitsafe.CommandError as exc:
-        evidence.append(f"base commit {seal.base} unreadable: {exc.stderr_tail.strip()[-300:]}")
-    else:
-        if tree != seal.base_tree:
-            evidence.append(f"base commit's tree is {tree}, recorded {seal.base_tree}")
     return Inspection(evidence=evidence, workspace_intact=intact)
 
 
-def remove_root(root: str | os.PathLike[str]) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(root)
+def nested_repos(seal: Seal) -> list[str] | None:
+    """Gitlinks in the private index that base did not have (same path and commit): the
+    agent's nested repositories. None when an index cannot be read."""
+    try:
+        with open(seal.index, "rb") as f:
+            data = f.read()
+        if _GITLINK_MODE not in data:
+            return []
+        after = gitindex.gitlinks_of(data)
+        before = gitindex.gitlinks(seal.base_index) if os.path.exists(seal.base_index) else {}
+    except (OSError, gitindex.IndexFormatError):
+        return None
+    return sorted(path for path, commit in after.items() if before.get(path) != commit)

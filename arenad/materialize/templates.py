@@ -37,7 +37,7 @@ import msgspec
 
 from arenad.materialize import gitindex
 from arenad.materialize.git import materialize_git
-from arenad.materialize.seal import seal_workspace
+from arenad.materialize.seal import Seal, seal_workspace
 from arenad.materialize.workspace import (
     GIT_TIMEOUT_S,
     MaterializeError,
@@ -84,33 +84,33 @@ class WorkspaceTemplates:
         try:
             template = await self._template(key, source, base, timeout_s)
             made = Path(template.result.workspace)
+            objects = made / ".git" / "objects"
             try:
-                index = await asyncio.to_thread(
-                    _copy_workspace, made, dest, restamp=template.result.clean
+                # One trip to a thread: the copy, its index restamped, its seal.
+                index, seal = await asyncio.to_thread(
+                    _copy_and_seal, made, dest, template, base, git_root
                 )
             except OSError as exc:
                 raise MaterializeError("cp-fail", f"{type(exc).__name__}: {exc}") from exc
             if index is None:
-                # Not restamped in-process (an index this module does not rewrite): git's
-                # own refresh, before any agent has the workspace.
+                # Not restamped in-process (an index gitindex does not rewrite): git's own
+                # refresh, before any agent has the workspace, then the seal.
                 await git_step(
                     "cp-fail", dest, ["update-index", "-q", "--refresh"], timeout_s=timeout_s
                 )
-            seal = None
-            if git_root is not None:
-                try:
-                    seal = await asyncio.to_thread(
-                        seal_workspace,
-                        dest,
-                        git_root,
-                        base,
-                        template.base_tree,
-                        objects=made / ".git" / "objects",
-                        link_objects=True,
-                        index=index,
-                    )
-                except OSError as exc:
-                    raise MaterializeError("seal-fail", f"{type(exc).__name__}: {exc}") from exc
+                if git_root is not None:
+                    try:
+                        seal = await asyncio.to_thread(
+                            seal_workspace,
+                            dest,
+                            git_root,
+                            base,
+                            template.base_tree,
+                            objects=objects,
+                            link_objects=True,
+                        )
+                    except OSError as exc:
+                        raise MaterializeError("seal-fail", f"{type(exc).__name__}: {exc}") from exc
         finally:
             self._busy[key] -= 1
             if not self._busy[key]:
@@ -183,6 +183,26 @@ def _drop_sample_hooks(workspace: Path) -> None:
         sample.unlink()
 
 
+def _copy_and_seal(
+    made: Path, dest: Path, template: _Template, base: str, git_root: Path | None
+) -> tuple[bytes | None, Seal | None]:
+    """The copy (its restamped index's bytes, None if not restamped) and, with a git
+    root and a restamped index, its seal."""
+    index = _copy_workspace(made, dest, restamp=template.result.clean)
+    if index is None or git_root is None:
+        return index, None
+    seal = seal_workspace(
+        dest,
+        git_root,
+        base,
+        template.base_tree,
+        objects=made / ".git" / "objects",
+        link_objects=True,
+        index=index,
+    )
+    return index, seal
+
+
 def _copy_workspace(template: Path, dest: Path, *, restamp: bool) -> bytes | None:
     """Copy ``template`` to ``dest`` (replacing it), every file with its mode and times;
     with ``restamp``, give the copy's index the copied files' stat data and return its
@@ -192,12 +212,9 @@ def _copy_workspace(template: Path, dest: Path, *, restamp: bool) -> bytes | Non
     if not restamp:
         return None
     try:
-        index = gitindex.restamp(dest / ".git" / "index", dest)
+        return gitindex.restamp(dest / ".git" / "index", dest)
     except gitindex.IndexFormatError:
         return None
-    # The rename that replaced the index touched .git: give it the template's times back.
-    _copy_mode_and_times(os.stat(template / ".git"), os.fspath(dest / ".git"))
-    return index
 
 
 # Plain os calls rather than shutil.copy2: this runs for every file of every cell, holding

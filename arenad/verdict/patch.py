@@ -28,8 +28,15 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.materialize import gitindex, gitsafe
-from arenad.materialize.seal import Seal, inspect, seal_after_the_fact, write_repo_files
+from arenad.materialize import gitsafe
+from arenad.materialize.seal import (
+    Seal,
+    inspect_dirs,
+    nested_repos,
+    seal_after_the_fact,
+    tree_args,
+    tree_evidence,
+)
 
 GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
 LOOPS_EXCLUDES: tuple[str, ...] = (":(exclude,glob).loops/**", ":(exclude,glob)**/.loops/**")
@@ -90,11 +97,11 @@ async def extract_patch(
     workspace made before seals existed, or one a test made by hand).
     """
     if seal is not None:
-        return await _extract(ws, seal, excludes, Path(out_path), timeout_s)
+        return (await _extract(ws, seal, excludes, Path(out_path), timeout_s))[0]
     root = await asyncio.to_thread(tempfile.mkdtemp, prefix="arenad-seal-")
     try:
         late = await seal_after_the_fact(ws, os.path.join(root, "git"), base)
-        return await _extract(ws, late, excludes, Path(out_path), timeout_s)
+        return (await _extract(ws, late, excludes, Path(out_path), timeout_s))[0]
     finally:
         await asyncio.to_thread(shutil.rmtree, root, True)
 
@@ -105,55 +112,58 @@ async def _extract(
     excludes: Iterable[str],
     out: Path,
     timeout_s: float,
-) -> PatchResult:
+) -> tuple[PatchResult, str]:
+    """The patch, and what ``rev-parse <base>^{tree}`` said (see seal.tree_evidence).
+
+    One process tree for the three commands (the daemon pays one spawn). The private
+    index is used in place: ``add -A`` makes every entry the pathspec covers match the
+    work tree whatever it held, and leaves the others at base, so a rerun after a crash
+    stages the same thing.
+    """
     excludes = list(excludes)
     spec = pathspec(excludes)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh private index every time (a rerun after a crash starts from base again),
-    # with the base index's mtime: git's racy-entry rule then judges its stat data by when
-    # they were taken.
-    shutil.copyfile(seal.base_index, seal.work_index)
-    st = os.stat(seal.base_index)
-    os.utime(seal.work_index, ns=(st.st_atime_ns, st.st_mtime_ns))
-    write_repo_files(seal.root, seal.base)
-
-    async def git(args: list[str], stage: str, stdout_path: Path | None = None) -> None:
-        await gitsafe.run_git(
-            args,
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        await gitsafe.run_git_steps(
+            [
+                gitsafe.GitStep(
+                    args=tree_args(seal.base),
+                    stage="patch-tree",
+                    stdout=seal.tree_out,
+                    may_fail=True,
+                ),
+                gitsafe.GitStep(args=["add", "-A", "--", *spec], stage="patch-add"),
+                gitsafe.GitStep(
+                    args=diff_args(seal.base, excludes), stage="patch-diff", stdout=str(tmp)
+                ),
+            ],
             git_dir=seal.git_dir,
             work_tree=ws,
             home=seal.root,
-            index=seal.work_index,
-            stage=stage,
+            index=seal.index,
             timeout_s=timeout_s,
-            stdout_path=stdout_path,
         )
-
-    await git(["add", "-A", "--", *spec], "patch-add")
-    tmp = out.with_name(out.name + ".partial")
-    try:
-        await git(diff_args(seal.base, excludes), "patch-diff", tmp)
         data = tmp.read_bytes()
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    return PatchResult(
+    patch = PatchResult(
         path=os.fspath(out),
         lines=patch_line_count(data),
         sha256=hashlib.sha256(data).hexdigest(),
         bytes=len(data),
-        nested_repos=_nested_repos(seal),
+        nested_repos=nested_repos(seal),
     )
+    return patch, _read_tree_out(seal)
 
 
-def _nested_repos(seal: Seal) -> list[str] | None:
-    """Gitlinks staged now that the base index did not have (same path and commit)."""
+def _read_tree_out(seal: Seal) -> str:
     try:
-        before = gitindex.gitlinks(seal.base_index)
-        after = gitindex.gitlinks(seal.work_index)
-    except (OSError, gitindex.IndexFormatError):
-        return None
-    return sorted(path for path, commit in after.items() if before.get(path) != commit)
+        with open(seal.tree_out, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError as exc:
+        return f"{exc.strerror}"
 
 
 class Extraction(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,13 +196,17 @@ async def extract_checked(
             patch=await extract_patch(ws, base, excludes, out_path, timeout_s=timeout_s),
             tampered=None,
         )
-    seen = await inspect(seal)
+    seen = inspect_dirs(seal)
     if not seen.workspace_intact:
         return Extraction(patch=None, tampered=seen.evidence)
+    evidence = list(seen.evidence)
     try:
-        patch = await extract_patch(ws, base, excludes, out_path, seal=seal, timeout_s=timeout_s)
+        patch, said = await _extract(ws, seal, excludes, Path(out_path), timeout_s)
     except gitsafe.CommandError as exc:
-        if not seen.evidence:
+        wrong = tree_evidence(seal, _read_tree_out(seal))
+        evidence += [wrong] if wrong is not None else []
+        if not evidence:
             raise
-        return Extraction(patch=None, tampered=[*seen.evidence, f"no patch: {exc}"])
-    return Extraction(patch=patch, tampered=seen.evidence)
+        return Extraction(patch=None, tampered=[*evidence, f"no patch: {exc}"])
+    wrong = tree_evidence(seal, said)
+    return Extraction(patch=patch, tampered=evidence + ([wrong] if wrong is not None else []))

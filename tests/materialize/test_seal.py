@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from arenad.materialize import Seal, WorkspaceTemplates, materialize_git, seal_copy
-from arenad.materialize.seal import identity, inspect
+from arenad.materialize.seal import identity, inspect_dirs
 from arenad.verdict.patch import extract_checked
 from events.specs import DEFAULT_EXCLUDES
 from tests.materialize.gitrepo import Repo, git, make_repo
@@ -32,18 +32,15 @@ async def test_a_seal_records_the_workspace_as_made(tmp_path: Path) -> None:
     ws = Path(seal.workspace)
     assert seal.base_tree == git(repo.path, "rev-parse", f"{repo.first}^{{tree}}")
     assert seal.ws_identity == identity(ws) and seal.dotgit_identity == identity(ws / ".git")
-    # The root is outside the run dir, and its repo is a git dir of its own: no hooks, no
-    # config but the daemon's.
+    # The root is outside the run dir, and a git dir of its own: no hooks, no
+    # config at all (git's defaults and gitsafe's overrides).
     root = Path(seal.root)
     assert not root.is_relative_to(ws.parent)
-    assert sorted(p.name for p in (root / "repo").iterdir()) == [
-        "HEAD",
-        "config",
-        "objects",
-        "refs",
-    ]
-    assert (root / "base.index").read_bytes() == (ws / ".git" / "index").read_bytes()
-    assert (await inspect(seal)).evidence == []
+    assert sorted(p.name for p in root.iterdir()) == ["HEAD", "index", "objects", "refs"]
+    assert (root / "index").read_bytes() == (ws / ".git" / "index").read_bytes()
+    assert inspect_dirs(seal).evidence == []
+    got = await extract_checked(ws, seal.base, [], tmp_path / "p.patch", seal)
+    assert got.tampered == [] and got.patch is not None and got.patch.bytes == 0
 
 
 async def test_an_unchanged_dotgit_keeps_its_identity_a_recreated_one_does_not(
@@ -55,12 +52,11 @@ async def test_an_unchanged_dotgit_keeps_its_identity_a_recreated_one_does_not(
     git(ws, "config", "user.name", "agent")
     git(ws, "checkout", "-q", "-b", "mine")
     git(ws, "-c", "user.email=a@b", "commit", "-q", "--allow-empty", "-m", "mine")
-    assert await inspect(seal) == await inspect(seal)
-    assert (await inspect(seal)).evidence == []
+    assert inspect_dirs(seal).evidence == []
     # rm -rf .git && git init: ext4 hands out the same inode number at once.
     shutil.rmtree(ws / ".git")
     git(ws, "init", "-q")
-    seen = await inspect(seal)
+    seen = inspect_dirs(seal)
     assert seen.workspace_intact
     assert len(seen.evidence) == 1 and seen.evidence[0].startswith("ws/.git replaced (made ")
 
@@ -86,18 +82,22 @@ async def test_a_replaced_workspace_is_not_read(tmp_path: Path, how: str) -> Non
 
 async def test_a_base_that_changed_is_evidence(tmp_path: Path) -> None:
     repo, seal = await _sealed(tmp_path)
-    # A tree other than the one recorded (as if the root's objects had been rewritten).
+    ws = Path(seal.workspace)
+    (ws / "app.py").write_text("fixed\n")
+    # A tree other than the one recorded (as if the root's objects had been rewritten):
+    # evidence; the patch is still taken.
     wrong = msgspec.structs.replace(seal, base_tree=git(repo.path, "rev-parse", "HEAD^{tree}"))
-    seen = await inspect(wrong)
-    assert seen.evidence == [f"base commit's tree is {seal.base_tree}, recorded {wrong.base_tree}"]
+    got = await extract_checked(ws, seal.base, [], tmp_path / "p.patch", wrong)
+    assert got.tampered == [f"base commit's tree is {seal.base_tree}, recorded {wrong.base_tree}"]
+    assert got.patch is not None and "+fixed" in (tmp_path / "p.patch").read_text()
     # Objects gone: the base is unreadable; the patch cannot be taken, and that is
     # evidence too, never a crash.
-    for pack in (Path(seal.root) / "repo" / "objects" / "pack").iterdir():
+    for pack in (Path(seal.root) / "objects" / "pack").iterdir():
         pack.unlink()
-    got = await extract_checked(seal.workspace, seal.base, [], tmp_path / "p.patch", seal)
-    assert got.patch is None and got.tampered is not None
+    got = await extract_checked(ws, seal.base, [], tmp_path / "q.patch", seal)
+    assert got.patch is None and got.tampered is not None and len(got.tampered) == 2
     assert got.tampered[0].startswith(f"base commit {seal.base} unreadable")
-    assert got.tampered[-1].startswith("no patch: patch-diff")
+    assert got.tampered[1].startswith("no patch: patch-diff: ")
 
 
 async def test_a_clone_is_sealed_with_copies(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ async def test_a_clone_is_sealed_with_copies(tmp_path: Path) -> None:
     await materialize_git(str(repo.path), repo.first, ws)
     seal = await seal_copy(ws, tmp_path / "git", repo.first)
     ours = {os.stat(p).st_ino for p in (ws / ".git" / "objects").rglob("*") if p.is_file()}
-    theirs = [p for p in (Path(seal.root) / "repo" / "objects").rglob("*") if p.is_file()]
+    theirs = [p for p in (Path(seal.root) / "objects").rglob("*") if p.is_file()]
     source = {os.stat(p).st_ino for p in (repo.path / ".git" / "objects").rglob("*") if p.is_file()}
     assert theirs and not ours & {os.stat(p).st_ino for p in theirs}
     assert not ours & source  # the clone links nothing of the user's repository either

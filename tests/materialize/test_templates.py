@@ -143,7 +143,7 @@ async def test_cells_share_no_object_file(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in source_objects} == source_objects
     # The sealed roots' objects are links to the template's (hidden from agents), never
     # to a workspace's.
-    sealed = [p for p in (tmp_path / "two/git/repo/objects").rglob("*") if p.is_file()]
+    sealed = [p for p in (tmp_path / "two/git/objects").rglob("*") if p.is_file()]
     workspace_inodes = {os.stat(p).st_ino for p in objects}
     assert sealed and not workspace_inodes & {os.stat(p).st_ino for p in sealed}
 
