@@ -23,8 +23,10 @@ environment, less the variables that would redirect them to another repository
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -34,6 +36,15 @@ from arenad.runs.commands import CommandError, RunResult, run, run_ok
 from arenad.runs.groups import SpawnError
 
 GIT = "git"
+
+
+@functools.cache
+def git_binary() -> str:
+    """``git`` as the daemon's PATH finds it, made absolute: the hardened environment's
+    PATH is only /usr/bin:/bin, and a git installed elsewhere must still be the one run."""
+    return shutil.which(GIT) or GIT
+
+
 GIT_TIMEOUT_S = 120.0
 
 # Keys that make git run a command or read a file the agent chose, for the commands arenad
@@ -127,7 +138,7 @@ def hardened_env(home: str, *, index: str | None = None) -> dict[str, str]:
 
 def hardened_argv(git_dir: str, work_tree: str | None, args: Sequence[str]) -> list[str]:
     tree = ["--work-tree", work_tree] if work_tree is not None else []
-    return [GIT, "--git-dir", git_dir, *tree, *HARDENING, *args]
+    return [git_binary(), "--git-dir", git_dir, *tree, *HARDENING, *args]
 
 
 async def run_git(
@@ -258,7 +269,7 @@ async def run_source_git(
     env = source_env()
     env["PWD"] = c
     return await run_ok(
-        [GIT, *_SOURCE_HARDENING, *args],
+        [git_binary(), *_SOURCE_HARDENING, *args],
         timeout_s,
         cwd=c,
         env=env,
@@ -272,7 +283,7 @@ def head_commit_blocking(repo: str, *, timeout_s: float = 30.0) -> str | None:
     home = repo if os.path.isdir(repo) else "/"
     try:
         out = subprocess.run(
-            [GIT, *HARDENING, "-C", repo, "rev-parse", "--verify", "-q", "HEAD"],
+            [git_binary(), *HARDENING, "-C", repo, "rev-parse", "--verify", "-q", "HEAD"],
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
@@ -293,6 +304,7 @@ __all__ = [
     "HARDENING",
     "CommandError",
     "GitStep",
+    "git_binary",
     "hardened_argv",
     "hardened_env",
     "head_commit_blocking",

@@ -115,3 +115,55 @@ async def test_a_clone_is_sealed_with_copies(tmp_path: Path) -> None:
     assert got.tampered == [] and got.patch is not None
     assert "+changed" in (tmp_path / "p.patch").read_text()
     assert subprocess.run(["git", "-C", str(ws), "diff-files", "--quiet"]).returncode == 1
+
+
+async def test_a_seal_outlives_its_template(tmp_path: Path) -> None:
+    # The daemon empties its templates when it stops; a cell verified by the next daemon
+    # still has its base (the root's objects are links, not references).
+    _repo, seal = await _sealed(tmp_path)
+    WorkspaceTemplates(tmp_path / "templates").clear()
+    assert not (tmp_path / "templates").exists()
+    (Path(seal.workspace) / "app.py").write_text("fixed\n")
+    got = await extract_checked(seal.workspace, seal.base, [], tmp_path / "p.patch", seal)
+    assert got.tampered == [] and "+fixed" in (tmp_path / "p.patch").read_text()
+
+
+async def test_base_gitlinks_are_not_the_agents(tmp_path: Path) -> None:
+    # A base with a submodule: its index has a gitlink, which the in-process restamp leaves
+    # to git's own refresh. Only a nested repository the agent made, or a gitlink it moved,
+    # is named; base's own is not.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q")
+    (lib / "x").write_text("x\n")
+    git(lib, "add", "-A")
+    git(lib, "-c", "user.email=a@b", "commit", "-q", "-m", "x")
+    repo = make_repo(tmp_path / "src")
+    git(
+        repo.path,
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        f"160000,{git(lib, 'rev-parse', 'HEAD')},lib",
+    )
+    git(repo.path, "-c", "user.email=a@b", "commit", "-q", "-m", "with a gitlink")
+    base = git(repo.path, "rev-parse", "HEAD")
+    templates = WorkspaceTemplates(tmp_path / "templates")
+    made = await templates.materialize(
+        str(repo.path), base, tmp_path / "run" / "ws", git_root=tmp_path / "git"
+    )
+    assert made.seal is not None
+    ws = Path(made.workspace)
+    assert git(ws, "diff-files") == ""  # fresh, by git's refresh this time
+    (ws / "app.py").write_text("fixed\n")
+    got = await extract_checked(ws, base, [], tmp_path / "p.patch", made.seal)
+    assert got.patch is not None and got.patch.nested_repos == []
+    nested = ws / "vendored"
+    nested.mkdir()
+    git(nested, "init", "-q")
+    (nested / "y").write_text("y\n")
+    git(nested, "add", "-A")
+    git(nested, "-c", "user.email=a@b", "commit", "-q", "-m", "y")
+    got = await extract_checked(ws, base, [], tmp_path / "q.patch", made.seal)
+    assert got.patch is not None and got.patch.nested_repos == ["vendored"]
+    assert "vendored" not in (tmp_path / "q.patch").read_text()
