@@ -24,26 +24,21 @@ from events.base import Event
 from tests.conftest import git, make_repo
 
 ATTACKS = Path(__file__).resolve().parents[1] / "verdict" / "git_attacks.sh"
-CONFIG_ATTACKS = [
-    "fsmonitor",
-    "hooks-path",
-    "hooks",
-    "diff-external",
-    "textconv",
-    "diff-command",
-    "filter",
-    "filter-process",
-    "include",
-    "include-if",
-    "alias",
-    "pager",
-    "transport",
-    "editors",
-    "nested",
-]
+# finding 2: config-driven execution, in groups that do not mask each other (two diff
+# drivers, or a filter process that makes `add` fail, would hide the rest on main).
+CONFIG_CELLS = {
+    "c1": ["fsmonitor", "hooks-path", "hooks"],
+    "c7": ["include"],
+    "c2": ["diff-external", "alias", "pager", "transport", "editors"],
+    "c8": ["include-if"],
+    # ... and a nested repository with its own fsmonitor and hooks
+    "c3": ["textconv", "nested"],
+    "c4": ["diff-command"],
+    "c5": ["filter"],
+    "c6": ["filter-process"],
+}
 CELLS = {
-    # finding 2: config-driven execution (and a nested repository with its own hooks)
-    "i1": CONFIG_ATTACKS,
+    **CONFIG_CELLS,
     # finding 1: a missing ws/.git makes git climb to the checkout around the home
     "i2": ["delete-git"],
     # finding 1: a .git file that names another repository
@@ -147,10 +142,11 @@ async def test_a_hostile_agent_runs_nothing_of_its_own_and_reaches_no_other_repo
         verified[iid] = next(e for e in events if isinstance(e, ev.CellVerified))
     # Config, hooks, drivers and a nested repo change only the agent's own patch: scored,
     # the fix in the patch, the nested repository named as a gap.
-    ok = verified["i1"]
-    assert ok.scored and ok.verify_pass and ok.tampered == []
-    assert ok.patch_path is not None and "+fixed = True" in Path(ok.patch_path).read_text()
-    assert ok.nested_repos == ["sub"]
+    for iid in CONFIG_CELLS:
+        ok = verified[iid]
+        assert ok.scored and ok.verify_pass and ok.tampered == [], iid
+        assert ok.patch_path is not None and "+fixed = True" in Path(ok.patch_path).read_text()
+        assert ok.nested_repos == (["sub"] if iid == "c3" else []), iid
     # A deleted or replaced ws/.git is tampering: recorded with its evidence, not scored;
     # the patch is still taken (it never depended on ws/.git).
     for iid in ("i2", "i3"):
