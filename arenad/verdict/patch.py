@@ -3,10 +3,11 @@
 The seed ran ``git -C ws add -A`` then ``git -C ws diff --cached <base> -- . <excludes…>
 ':(exclude,glob).loops/**' ':(exclude,glob)**/.loops/**'``: test files and the supervisor's
 own ``.loops`` state never reach the patch. Here the same two commands run on the cell's
-sealed git root (:mod:`arenad.materialize.seal`): its own repo and a private index that
-starts as the base index, with ``ws`` as the work tree, hardened (:mod:`gitsafe`). The
-agent's ``ws/.git`` is never read, so nothing it holds runs, redirects or changes the patch;
-on a workspace whose ``.git`` is intact the bytes are the seed's.
+sealed git root (:mod:`arenad.materialize.seal`): its own git dir and private index (the
+workspace's index as the daemon left it), with ``ws`` as the work tree, hardened
+(:mod:`arenad.materialize.gitsafe`), after the base's tree is read back. The agent's
+``ws/.git`` is never read, so nothing it holds runs, redirects or changes the patch; on a
+workspace whose ``.git`` is intact the bytes are the seed's.
 
 Staging is limited to the same pathspec as the diff (what it leaves out is never shown), so
 nested clones under ``.loops`` are not even hashed. Nested repositories elsewhere become
@@ -163,7 +164,7 @@ def _read_tree_out(seal: Seal) -> str:
         with open(seal.tree_out, encoding="utf-8", errors="replace") as f:
             return f.read()
     except OSError as exc:
-        return f"{exc.strerror}"
+        return exc.strerror or str(exc)
 
 
 class Extraction(msgspec.Struct, frozen=True, kw_only=True):
