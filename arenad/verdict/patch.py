@@ -14,7 +14,8 @@ nested clones under ``.loops`` are not even hashed. Nested repositories elsewher
 gitlinks, which the diff leaves out (``--ignore-submodules=all``: git then never reads a
 ``.gitmodules``, which an agent could craft to make the diff fail); their paths come back in
 ``nested_repos``, a labelled gap. The diff goes straight to the patch file (no in-memory
-cap); its line count follows the seed's patchLineCount.
+cap); its line count follows the seed's patchLineCount. Its head (up to
+``keep_bytes``) comes back with it, for the log (:mod:`arenad.verdict.excerpt`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from arenad.materialize.seal import (
     tree_args,
     tree_evidence,
 )
+from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
+from events.cell import TextExcerpt
 
 GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
 LOOPS_EXCLUDES: tuple[str, ...] = (":(exclude,glob).loops/**", ":(exclude,glob)**/.loops/**")
@@ -58,6 +61,8 @@ class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
     # Nested repositories (gitlinks) the agent left in the workspace, new or moved since
     # base: their files are in no patch. None: unknown (the index could not be read).
     nested_repos: list[str] | None = None
+    # The patch's first bytes, with its whole size and sha256 (None: not asked for).
+    excerpt: TextExcerpt | None = None
 
 
 def exclude_pathspec(pattern: str) -> str:
@@ -90,6 +95,7 @@ async def extract_patch(
     *,
     seal: Seal | None = None,
     timeout_s: float = GIT_TIMEOUT_S,
+    keep_bytes: int = PATCH_KEEP_BYTES,
 ) -> PatchResult:
     """Write the workspace's patch against ``base`` to ``out_path`` (atomically).
 
@@ -98,11 +104,11 @@ async def extract_patch(
     workspace made before seals existed, or one a test made by hand).
     """
     if seal is not None:
-        return (await _extract(ws, seal, excludes, Path(out_path), timeout_s))[0]
+        return (await _extract(ws, seal, excludes, Path(out_path), timeout_s, keep_bytes))[0]
     root = await asyncio.to_thread(tempfile.mkdtemp, prefix="arenad-seal-")
     try:
         late = await seal_after_the_fact(ws, os.path.join(root, "git"), base)
-        return (await _extract(ws, late, excludes, Path(out_path), timeout_s))[0]
+        return (await _extract(ws, late, excludes, Path(out_path), timeout_s, keep_bytes))[0]
     finally:
         await asyncio.to_thread(shutil.rmtree, root, True)
 
@@ -113,6 +119,7 @@ async def _extract(
     excludes: Iterable[str],
     out: Path,
     timeout_s: float,
+    keep_bytes: int,
 ) -> tuple[PatchResult, str]:
     """The patch, and what ``rev-parse <base>^{tree}`` said (see seal.tree_evidence).
 
@@ -155,6 +162,7 @@ async def _extract(
         sha256=hashlib.sha256(data).hexdigest(),
         bytes=len(data),
         nested_repos=nested_repos(seal),
+        excerpt=head_excerpt(data, keep_bytes),
     )
     return patch, _read_tree_out(seal)
 
@@ -184,6 +192,7 @@ async def extract_checked(
     seal: Seal | None,
     *,
     timeout_s: float = GIT_TIMEOUT_S,
+    keep_bytes: int = PATCH_KEEP_BYTES,
 ) -> Extraction:
     """Inspect the workspace against its seal, then extract the patch.
 
@@ -194,7 +203,9 @@ async def extract_checked(
     """
     if seal is None:
         return Extraction(
-            patch=await extract_patch(ws, base, excludes, out_path, timeout_s=timeout_s),
+            patch=await extract_patch(
+                ws, base, excludes, out_path, timeout_s=timeout_s, keep_bytes=keep_bytes
+            ),
             tampered=None,
         )
     seen = inspect_dirs(seal)
@@ -202,7 +213,7 @@ async def extract_checked(
         return Extraction(patch=None, tampered=seen.evidence)
     evidence = list(seen.evidence)
     try:
-        patch, said = await _extract(ws, seal, excludes, Path(out_path), timeout_s)
+        patch, said = await _extract(ws, seal, excludes, Path(out_path), timeout_s, keep_bytes)
     except gitsafe.CommandError as exc:
         wrong = tree_evidence(seal, _read_tree_out(seal))
         evidence += [wrong] if wrong is not None else []

@@ -60,6 +60,9 @@ async def test_excludes_keep_tests_and_loops_out(tmp_path: Path) -> None:
     assert result.sha256 == hashlib.sha256(out.read_bytes()).hexdigest()
     assert result.bytes == out.stat().st_size and result.path == str(out)
     assert not out.with_name(out.name + ".partial").exists()
+    # The patch's text comes back too, for the log: whole, as it is small.
+    assert result.excerpt is not None and result.excerpt.text == patch
+    assert (result.excerpt.sha256, result.excerpt.cut) == (result.sha256, "none")
 
     # The patch applies to a fresh checkout of base.
     fresh = tmp_path / "fresh"
@@ -76,6 +79,16 @@ async def test_diff_is_against_base_not_head(tmp_path: Path) -> None:
     text = out.read_text()
     assert "+v2" in text and "+++ b/new.py" in text
     assert result.lines > 0
+
+
+async def test_a_long_patch_comes_back_bounded(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "ws")
+    _write(repo.path, "big.txt", "x" * 5000 + "\n")
+    out = tmp_path / "p.patch"
+    result = await extract_patch(repo.path, repo.first, DEFAULT_EXCLUDES, out, keep_bytes=100)
+    assert result.excerpt is not None
+    assert result.excerpt.text == out.read_text()[:100] and result.excerpt.cut == "head"
+    assert (result.excerpt.size, result.excerpt.sha256) == (result.bytes, result.sha256)
 
 
 async def test_empty_patch(tmp_path: Path) -> None:
