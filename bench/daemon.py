@@ -3,12 +3,13 @@
     .venv/bin/python -m bench.daemon [--cells 1000] [--max-parallel 16]
 
 Each cell: git materialize (a copy of the prepared checkout of its source and base; every
-cell shares one, made once by a clone + work branch) -> run `true` through the detached run
-wrapper -> patch (git add -A + diff) -> verify (`true`) -> recover (store absent: a recorded
-gap), every transition appended to the SQLite log. The baseline, measured in the same run,
-does the same real work (the same materializer, `true` in its own process group, patch,
-verify) with a plain asyncio script and no log, so the ratio is the daemon's cost (its
-log, and the run wrapper that lets an agent outlive it) over the work itself.
+cell shares one, made once by a clone + work branch; the copy sealed) -> run `true` through
+the detached run wrapper -> patch (the seal checked, git add -A + diff) -> verify (`true`)
+-> recover (store absent: a recorded gap), every transition appended to the SQLite log. The
+baseline, measured in the same run, does the same real work (the same materializer, `true`
+in its own process group, patch, verify) with a plain asyncio script and no log, so the
+ratio is the daemon's cost (its log, and the run wrapper that lets an agent outlive it) over
+the work itself.
 
 Prints cells/s, daemon overhead per cell (ms), p50/p95 per-step latency (deltas of the cell
 events' recorded_at_ms) and the daemon/baseline wall ratio.
@@ -41,7 +42,7 @@ from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
-from arenad.verdict.patch import extract_patch
+from arenad.verdict.patch import extract_checked
 from arenad.verdict.verify import run_verify
 from events import streams
 from events.base import Recorded
@@ -115,12 +116,12 @@ async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int)
             run_dir = root / f"c{i:05d}"
             run_dir.mkdir(parents=True)
             ws = run_dir / "ws"
-            await templates.materialize(str(repo), base, ws)
+            made = await templates.materialize(str(repo), base, ws, git_root=root / f"g{i:05d}")
             p = await asyncio.create_subprocess_exec(
                 "true", cwd=ws, stdin=subprocess.DEVNULL, start_new_session=True
             )
             await p.wait()
-            await extract_patch(ws, base, [], run_dir / "p.patch")
+            await extract_checked(ws, base, [], run_dir / "p.patch", made.seal)
             await run_verify("true", ws, run_dir / "verify.log")
 
     t0 = time.perf_counter()

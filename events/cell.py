@@ -28,6 +28,13 @@ class CellMaterialized(Event, tag="cell.materialized", frozen=True, kw_only=True
     clean: bool
     materializer: str
     detail: str = ""
+    # The workspace's seal (arenad.materialize.seal), all None for a workspace made before
+    # seals existed: the daemon-owned git root (outside the run dir), the base commit's
+    # tree, and the (device:inode:generation) of ws and ws/.git as the daemon made them.
+    git_root: str | None = None
+    base_tree: str | None = None
+    ws_identity: str | None = None
+    dotgit_identity: str | None = None
 
 
 class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
@@ -106,6 +113,13 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     verify_rc: int | None = None
     verify_pass: bool | None = None
     verify_log: str | None = None
+    # What the agent changed that it had no business changing (its ws/.git replaced, the
+    # base rewritten): then the result is not scored. [] = checked, nothing found;
+    # None = not checked (the workspace had no seal).
+    tampered: list[str] | None = None
+    # Nested repositories the agent left (gitlinks, new or moved): their files are in no
+    # patch, a labelled gap. None = unknown.
+    nested_repos: list[str] | None = None
 
 
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):

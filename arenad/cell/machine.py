@@ -96,6 +96,7 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str | None = None
     workspace: str | None = None
     head: str | None = None
+    materialized: ev.CellMaterialized | None = None
     run: ev.RunStarted | None = None
     run_rc: int | None = None
     wall_s: float | None = None
@@ -169,7 +170,12 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
 def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
     match event:
         case ev.CellMaterialized():
-            return {"run_dir": event.run_dir, "workspace": event.workspace, "head": event.head}
+            return {
+                "run_dir": event.run_dir,
+                "workspace": event.workspace,
+                "head": event.head,
+                "materialized": event,
+            }
         case ev.RunStarted():
             return {"run": event}
         case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
@@ -206,6 +212,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "run_dir": None,
                 "workspace": None,
                 "head": None,
+                "materialized": None,
                 "run": None,
                 "run_rc": None,
                 "wall_s": None,

@@ -45,7 +45,7 @@ from arenad.daemon import steps
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.home import Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError
+from arenad.materialize import MaterializeError, Seal
 from arenad.runs import groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
@@ -259,10 +259,18 @@ class CellRunner:
 
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
+        spec = state.spec
+        git_root = self.config.home.git_root(
+            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
+        )
         site = await self._site(state)
         try:
             result = await site.call(
-                steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
+                steps.materialize_step,
+                state.spec,
+                str(run_dir),
+                dict(self.config.base_env),
+                str(git_root),
             )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
@@ -271,6 +279,7 @@ class CellRunner:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         self._materialized_here = True
+        seal = result.seal
         await self.writer.append(
             [
                 ev.CellMaterialized(
@@ -280,6 +289,10 @@ class CellRunner:
                     head=result.head,
                     clean=result.clean,
                     materializer=state.spec.materializer.kind,
+                    git_root=seal.root if seal is not None else None,
+                    base_tree=seal.base_tree if seal is not None else None,
+                    ws_identity=seal.ws_identity if seal is not None else None,
+                    dotgit_identity=seal.dotgit_identity if seal is not None else None,
                 )
             ]
         )
@@ -533,16 +546,24 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            patch = await site.call(
+            extraction = await site.call(
                 steps.patch_step,
                 str(ctx.workspace),
                 spec.instance.base_commit,
                 list(spec.excludes),
                 str(patch_path),
+                _seal(state),
             )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
+        patch = extraction.patch
+        if extraction.tampered:
+            # Evidence, not a failure: what the agent did is the attempt's result.
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+            )
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
@@ -565,12 +586,14 @@ class CellRunner:
                 attempt=state.attempt,
                 scored=outcome.scored,
                 not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path),
-                patch_lines=patch.lines,
-                patch_sha256=patch.sha256,
+                patch_path=str(patch_path) if patch is not None else None,
+                patch_lines=patch.lines if patch is not None else None,
+                patch_sha256=patch.sha256 if patch is not None else None,
                 verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                tampered=extraction.tampered,
+                nested_repos=patch.nested_repos if patch is not None else None,
             )
         ]
         if spec.judge is not None:
@@ -672,11 +695,26 @@ class _IngestedReader:
         return self._events
 
 
-def _captured(attempt: int, patch: PatchResult, verdict: VerifyResult | None) -> list[Event]:
+def _seal(state: CellState) -> Seal | None:
+    """The workspace's seal as its CellMaterialized recorded it (None: made before seals)."""
+    m = state.materialized
+    if m is None or m.git_root is None or m.base_tree is None:
+        return None
+    return Seal(
+        root=m.git_root,
+        workspace=m.workspace,
+        base=state.spec.instance.base_commit,
+        base_tree=m.base_tree,
+        ws_identity=m.ws_identity,
+        dotgit_identity=m.dotgit_identity,
+    )
+
+
+def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:
     """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
     left no result to capture)."""
     out: list[Event] = []
-    if patch.excerpt is not None:
+    if patch is not None and patch.excerpt is not None:
         out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
