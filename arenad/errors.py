@@ -1,14 +1,29 @@
-"""arenad's errors, drawn once:
+"""arenad's errors, drawn once (a test keeps this tree complete and true):
 
     ArenadError
-    ├── UserError            a mistake in what the user gave us (CLI exits 2, one line)
-    │   └── CampaignError    a campaign file that does not validate (names file and key)
-    ├── StoreError           the event store cannot do what was asked
-    │   ├── ConcurrencyError a stream moved past the expected version (a lost race)
-    │   ├── MigrationError   a migration changed after it was applied, or failed
-    │   ├── LeaseError       another daemon holds this home
-    │   └── StoreUnwritable  disk full or read-only store: the daemon stops cleanly
-    └── IllegalTransition    an event the cell state machine does not allow here
+    ├── UserError                a mistake in what the user gave us (CLI exits 2, one line)
+    │   ├── CampaignError        a campaign file that does not validate (names file and key)
+    │   └── ScriptError          a scripted-model script that does not validate
+    ├── StoreError               the event store cannot do what was asked
+    │   ├── ConcurrencyError     a stream moved past the expected version (a lost race)
+    │   ├── MigrationError       a migration changed after it was applied, or failed
+    │   ├── LeaseError           another daemon holds this home
+    │   ├── StoreUnwritable      disk full or read-only store: the daemon stops cleanly
+    │   └── LogTampered          the chain fails its check before an append: nothing written
+    ├── IllegalTransition        an event the cell state machine does not allow here
+    ├── CellMovedOn              another writer moved the cell on (a runner stops)
+    ├── ExecutorMismatch         a cell is pinned to another executor than the running one
+    ├── DaemonFatal              the daemon cannot go on; it stopped, agents keep running
+    ├── MaterializeError         a workspace could not be made (.stage names the step)
+    ├── ProcError                a child process could not be started or ended as required
+    │   ├── SpawnError           the child could not be started
+    │   ├── GroupSurvivedError   a process group outlived SIGKILL
+    │   └── CommandError         a short command failed (non-zero, timeout, spawn)
+    ├── VerdictError             a judge verdict document that cannot be read
+    └── InvalidRolloutLine       a ledger line the tangle.rollout.v1 validator refuses
+
+Outside the tree: ``events.codec.UnknownEventError`` (a ValueError: the data contract
+imports nothing of arenad), raised for a stored row this arenad cannot read.
 
 Driver errors become these at the store boundary (sqlite3.IntegrityError on the
 (stream, version) key -> ConcurrencyError), so callers never import sqlite3.
@@ -54,6 +69,20 @@ class LeaseError(StoreError):
 
 class StoreUnwritable(StoreError):
     pass
+
+
+class LogTampered(StoreError):
+    """The log fails its hash-chain check: appending on top of it would build on rows that
+    were edited, deleted or inserted behind the log's back."""
+
+    def __init__(self, path: object, first_bad_seq: int | None, problem: str) -> None:
+        at = f" at row {first_bad_seq}" if first_bad_seq is not None else ""
+        super().__init__(
+            f"refusing to write to {path}: the log fails verification{at}: {problem}."
+            " Nothing was written; `arenad verify-log` checks the whole chain"
+        )
+        self.first_bad_seq = first_bad_seq
+        self.problem = problem
 
 
 class IllegalTransition(ArenadError):

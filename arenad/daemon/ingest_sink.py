@@ -3,8 +3,10 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
+from arenad.errors import LogTampered, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
 from events.base import Event
@@ -26,6 +28,7 @@ class IngestSink:
         stream: str,
         *,
         hold_close: bool = False,
+        observer: Callable[[str, Sequence[Event]], None] | None = None,
         group: GroupCommit | None = None,
     ) -> None:
         self.store = store
@@ -35,6 +38,14 @@ class IngestSink:
         self.appended = 0
         self.hold_close = hold_close
         self._held: list[Event] | None = None
+        # Sees every batch as it is recorded (or held): the daemon folds live spend from
+        # it, so nothing re-reads the ingest stream to learn what a run has cost so far.
+        self.observer = observer
+        # A store failure after which nothing more can be written (full, read-only, a
+        # log that fails its chain check): the run's follower stops at once on it, not
+        # when the run ends (the watcher that got it has stopped ingesting).
+        self.fatal: StoreError | None = None
+        self.fatal_seen = asyncio.Event()
 
     async def open(self, *, new: bool = False) -> int:
         """Read the stream's version; ``new``: the caller knows it has no events yet."""
@@ -48,14 +59,21 @@ class IngestSink:
         if self.hold_close and isinstance(events[-1], IngestionClosed):
             self._held = list(events)
             self.appended += len(events)
-            return
-        request = AppendRequest(self.stream, self.version, list(events))
-        if self.group is not None:
-            recorded = await self.group.append(request)
         else:
-            recorded = (await self.store.append_many([request]))[0]
-        self.version = recorded[-1].version
-        self.appended += len(recorded)
+            try:
+                request = AppendRequest(self.stream, self.version, list(events))
+                if self.group is not None:
+                    recorded = await self.group.append(request)
+                else:
+                    recorded = (await self.store.append_many([request]))[0]
+            except (StoreUnwritable, LogTampered) as exc:
+                self.fatal = exc
+                self.fatal_seen.set()
+                raise
+            self.version = recorded[-1].version
+            self.appended += len(recorded)
+        if self.observer is not None:
+            self.observer(self.stream, events)
 
     @property
     def held_events(self) -> list[Event]:

@@ -26,16 +26,17 @@ not happen (a running agent is the exception, and it is adopted, not redone).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from arenad.arms import Arm, ArmContext, arm_for, before_start_step, prepare_step
+from arenad.arms import Arm, ArmContext, Outcome, arm_for, before_start_step, prepare_step
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
@@ -43,10 +44,10 @@ from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
 from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
-from arenad.errors import StoreUnwritable
+from arenad.errors import LogTampered, StoreUnwritable
 from arenad.home import Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError
+from arenad.materialize import MaterializeError, Seal
 from arenad.runs import groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
@@ -54,9 +55,14 @@ from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
+from arenad.verdict.judge import no_verdict
+from arenad.verdict.patch import PatchResult
+from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
+
+T = TypeVar("T")
 
 log = logging.getLogger("arenad.cell")
 
@@ -81,12 +87,20 @@ class CellRunner:
         clock: Clock,
         executor: Executor,
         *,
+        may_start: Callable[[], bool] | None = None,
+        on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
         group_commit: GroupCommit | None = None,
     ) -> None:
         self.store = store
         # Shared by every cell of the daemon: their appends (ingested batches and
         # transitions alike) that arrive together share a transaction.
         self.group_commit = group_commit
+        # Asked before an attempt is materialized and before its run starts: False holds
+        # the cell where it is (a campaign at its spend cap), never a failure.
+        self.may_start = may_start
+        # Sees the attempt's ingested events (recorded before this runner, then live).
+        self.on_ingested = on_ingested
+        self.held = False
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -105,11 +119,20 @@ class CellRunner:
         self.pause_requested = False
         self._materialized_here = False
         self._wake = asyncio.Event()
+        # Set by an operator's abort: a verify or judge in flight is cancelled.
+        self._operator_abort = asyncio.Event()
+        # Set when the daemon stops leaving runs running: the run in flight is no longer
+        # followed (nothing is recorded of it; the next daemon adopts it).
+        self._leave = asyncio.Event()
 
-    def request_abort(self, reason: str) -> None:
+    def request_abort(self, reason: str, *, operator: bool = False) -> None:
+        """End the run in flight (or keep one from starting). An operator's abort also
+        interrupts a verify or judge in flight; a daemon's shutdown lets those finish."""
         self.abort_reason = reason
         self.abort.set()
         self._wake.set()
+        if operator:
+            self._operator_abort.set()
         if self.run_in_flight is not None:
             self.run_in_flight.abort(reason)
 
@@ -119,7 +142,9 @@ class CellRunner:
         self.shutdown = True
         self._wake.set()
         run = self.run_in_flight
-        if run is not None and abort_runs:
+        if not abort_runs:
+            self._leave.set()
+        elif run is not None:
             self.request_abort("daemon shutting down")
             if force:
                 run.kill_now()
@@ -138,9 +163,11 @@ class CellRunner:
         """
         try:
             state = await self.writer.load()
-            while not (state.terminal or state.paused or self.shutdown or self.pause_requested):
+            while not (
+                state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
+            ):
                 if state.abort_requested and not self.abort.is_set():
-                    self.request_abort(state.abort_reason or "operator request")
+                    self.request_abort(state.abort_reason or "operator request", operator=True)
                 await self.step(state)
                 after = self.writer.state
                 # A step that recorded nothing (a backoff cut short) re-reads the log.
@@ -165,6 +192,8 @@ class CellRunner:
                 ]
             )
             return
+        if state.status in (S.SUBMITTED, S.MATERIALIZED) and not self._may_start():
+            return
         match state.status:
             case S.SUBMITTED:
                 if await self._backoff(state):
@@ -184,6 +213,13 @@ class CellRunner:
                 await self.verify(state)
             case S.VERIFIED:
                 await self.recover(state)
+
+    def _may_start(self) -> bool:
+        if self.may_start is None or self.may_start():
+            return True
+        log.info("%s: held (its campaign is at its spend cap); it stays as it is", self.cell_id)
+        self.held = True
+        return False
 
     async def _backoff(self, state: CellState) -> bool:
         """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
@@ -207,7 +243,7 @@ class CellRunner:
         return arm_for(state.spec.arm)
 
     async def _site(self, state: CellState) -> Site:
-        return await self.executor.site(self.cell_id, state.attempt)
+        return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
     def _run_dir(self, state: CellState) -> Path:
         spec = state.spec
@@ -230,21 +266,23 @@ class CellRunner:
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
         return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
 
-    async def _append(
-        self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
-    ) -> CellState:
-        async with stalls.reported(self.cell_id, "append"):
-            return await self.writer.append(events, also=also)
-
     # -- steps -------------------------------------------------------------------
 
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
+        spec = state.spec
+        git_root = self.config.home.git_root(
+            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
+        )
         site = await self._site(state)
         try:
             async with stalls.reported(self.cell_id, "materialize"):
                 result = await site.call(
-                    steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
+                    steps.materialize_step,
+                    state.spec,
+                    str(run_dir),
+                    dict(self.config.base_env),
+                    str(git_root),
                 )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
@@ -253,6 +291,7 @@ class CellRunner:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         self._materialized_here = True
+        seal = result.seal
         await self._append(
             [
                 ev.CellMaterialized(
@@ -262,6 +301,10 @@ class CellRunner:
                     head=result.head,
                     clean=result.clean,
                     materializer=state.spec.materializer.kind,
+                    git_root=seal.root if seal is not None else None,
+                    base_tree=seal.base_tree if seal is not None else None,
+                    ws_identity=seal.ws_identity if seal is not None else None,
+                    dotgit_identity=seal.dotgit_identity if seal is not None else None,
                 )
             ]
         )
@@ -364,10 +407,13 @@ class CellRunner:
             self.store,
             ingest_stream(self.cell_id, state.attempt),
             hold_close=True,
+            observer=self.on_ingested,
             group=self.group_commit,
         )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
+        if recorded and self.on_ingested is not None:
+            self.on_ingested(sink.stream, [r.event for r in recorded])
         positions = fold_positions(recorded)
         observation: Observation | None = None
         if not positions.closed:
@@ -380,7 +426,7 @@ class CellRunner:
         )
         ingest_failure: BaseException | None = None
         try:
-            end, ingest_failure = await self._wait_run(state, run, observation)
+            end, ingest_failure = await self._wait_run(state, run, sink, observation)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -390,6 +436,15 @@ class CellRunner:
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
+        if end is None:
+            # Left running: like a crash for this run, minus the crash. What was ingested
+            # is committed; the next daemon resumes from the logged offsets.
+            if observation is not None:
+                await observation.abort()
+            if sink.fatal is not None:
+                raise sink.fatal
+            log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
+            return
         if observation is not None and ingest_failure is None:
             await observation.close()
         elif observation is not None:
@@ -404,15 +459,18 @@ class CellRunner:
             )
 
     async def _wait_run(
-        self, state: CellState, run: Run, observation: Observation | None
-    ) -> tuple[RunEnd, BaseException | None]:
+        self, state: CellState, run: Run, sink: IngestSink, observation: Observation | None
+    ) -> tuple[RunEnd | None, BaseException | None]:
         """The run's end, and the ingestion's failure if it stopped first.
 
-        Ingestion that stopped can never catch up with the run (its peer, the watcher,
-        is gone): rather than wait out the run unobserved (hours, maybe), the run is
-        aborted and the cell fails with that reason. An unwritable store is fatal
-        for the daemon instead, and is raised.
+        None for the end: the daemon stops leaving runs running, or the store failed under
+        the run's ingestion (nothing more can be recorded). Ingestion that stopped can
+        never catch up with the run (its peer, the watcher, is gone): rather than wait out
+        the run unobserved (hours, maybe), the run is aborted and the cell fails with that
+        reason. An unwritable store is fatal for the daemon instead, and is raised.
         """
+        if self._leave.is_set() or sink.fatal is not None:
+            return None, None
         record = run.record
         limit_s = (
             max(0.0, (record.deadline_ms - self.clock()) / 1000)
@@ -420,27 +478,39 @@ class CellRunner:
             + STEP_LIMITS_S["run"]
         )
         async with stalls.reported(self.cell_id, "run", limit_s):
-            ending = asyncio.ensure_future(run.wait())
-            if observation is None:
-                return await ending, None
-            failing = asyncio.ensure_future(observation.failed())
+            ended = asyncio.ensure_future(run.wait())
+            others: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self._leave.wait()),
+                asyncio.ensure_future(sink.fatal_seen.wait()),
+            ]
+            failing = asyncio.ensure_future(observation.failed()) if observation else None
+            if failing is not None:
+                others.append(failing)
             try:
-                await asyncio.wait({ending, failing}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({ended, *others}, return_when=asyncio.FIRST_COMPLETED)
             except BaseException:
-                ending.cancel()
+                ended.cancel()
                 raise
             finally:
-                if not failing.done():
-                    failing.cancel()
-            if ending.done() or failing.cancelled():
-                return await ending, None
-            failure = failing.result()
-            if isinstance(failure, StoreUnwritable):
-                ending.cancel()
-                raise failure
-            log.error("%s: ingestion stopped, aborting the run: %r", self.cell_id, failure)
-            run.abort(f"ingestion stopped: {failure}")
-            return await ending, failure
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
+            if ended.done():
+                return ended.result(), None
+            if failing is not None and failing.done() and not failing.cancelled():
+                failure = failing.result()
+                if not isinstance(failure, StoreUnwritable | LogTampered):
+                    log.error("%s: ingestion stopped, aborting the run: %r", self.cell_id, failure)
+                    run.abort(f"ingestion stopped: {failure}")
+                    return await ended, failure
+                if sink.fatal is None:
+                    ended.cancel()
+                    await asyncio.gather(ended, return_exceptions=True)
+                    raise failure
+            # Left running, or the store failed: this run is no longer followed.
+            ended.cancel()
+            await asyncio.gather(ended, return_exceptions=True)
+            return None, None
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -463,7 +533,11 @@ class CellRunner:
                     reason=end.reason or self.abort_reason,
                 )
             case "lost":
-                outcome = ev.RunAborted(attempt=attempt, rc=None, reason="lost with the daemon")
+                # The executor says what is known (how the wrapper died, or that no daemon
+                # watched it end): "lost with the daemon" only when that is what happened.
+                outcome = ev.RunAborted(
+                    attempt=attempt, rc=None, reason=end.reason or "lost with the daemon"
+                )
             case "not_started":
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
@@ -520,6 +594,9 @@ class CellRunner:
                 self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
     async def verify(self, state: CellState) -> None:
+        # An abort that came before this step was the run's (it ended the run); only one
+        # that comes while verify or the judge runs stops them.
+        self._operator_abort.clear()
         ctx = self._context(state)
         spec = state.spec
         site = await self._site(state)
@@ -529,39 +606,56 @@ class CellRunner:
         )
         try:
             async with stalls.reported(self.cell_id, "patch"):
-                patch = await site.call(
+                extraction = await site.call(
                     steps.patch_step,
                     str(ctx.workspace),
                     spec.instance.base_commit,
                     list(spec.excludes),
                     str(patch_path),
+                    _seal(state),
                 )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
+        patch = extraction.patch
+        if extraction.tampered:
+            # Evidence, not a failure: what the agent did is the attempt's result.
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+            )
         verify_log = ctx.run_dir / "verify.log"
-        # Verify runs even when the result does not count: its log is evidence too.
+        # Verify runs even when the result does not count: its log is evidence too. An
+        # operator's abort stops it: it never passes then, and the result does not count.
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
         async with stalls.reported(self.cell_id, "verify", verify_limit):
-            verdict = await site.call(
-                steps.verify_step,
-                spec.instance.verify_cmd,
-                str(ctx.workspace),
-                str(verify_log),
-                ctx.env,
-                spec.verify_timeout_s,
+            verdict = await self._unless_aborted(
+                site.call(
+                    steps.verify_step,
+                    spec.instance.verify_cmd,
+                    str(ctx.workspace),
+                    str(verify_log),
+                    ctx.env,
+                    spec.verify_timeout_s,
+                )
+            )
+        if verdict is None:
+            outcome = Outcome(
+                scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
             )
         events: list[Event] = [
             ev.CellVerified(
                 attempt=state.attempt,
                 scored=outcome.scored,
                 not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path),
-                patch_lines=patch.lines,
-                patch_sha256=patch.sha256,
-                verify_rc=verdict.rc,
-                verify_pass=verdict.passed,
+                patch_path=str(patch_path) if patch is not None else None,
+                patch_lines=patch.lines if patch is not None else None,
+                patch_sha256=patch.sha256 if patch is not None else None,
+                verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
+                verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                tampered=extraction.tampered,
+                nested_repos=patch.nested_repos if patch is not None else None,
             )
         ]
         if spec.judge is not None:
@@ -569,8 +663,8 @@ class CellRunner:
             # attempt is never left verified but unjudged.
             judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
             async with stalls.reported(self.cell_id, "judge", judge_limit):
-                events.append(
-                    await site.call(
+                judged = await self._unless_aborted(
+                    site.call(
                         steps.judge_step,
                         spec.judge,
                         state.attempt,
@@ -579,6 +673,12 @@ class CellRunner:
                         ctx.env,
                     )
                 )
+            events.append(
+                judged
+                if judged is not None
+                else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
+            )
+        events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
             await self._append(events)
             return
@@ -593,6 +693,27 @@ class CellRunner:
             raise
         state = await self._append([*events, recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
+
+    async def _append(
+        self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
+    ) -> CellState:
+        async with stalls.reported(self.cell_id, "append"):
+            return await self.writer.append(events, also=also)
+
+    async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
+        """The step's result, or None when an operator's abort came first (the step is
+        cancelled, which ends what it started)."""
+        task = asyncio.ensure_future(step)
+        aborted = asyncio.ensure_future(self._operator_abort.wait())
+        try:
+            await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return None if task.cancelled() else task.result()
 
     async def recover(self, state: CellState) -> None:
         ctx = self._context(state)
@@ -646,6 +767,32 @@ class _IngestedReader:
         return self._events
 
 
+def _seal(state: CellState) -> Seal | None:
+    """The workspace's seal as its CellMaterialized recorded it (None: made before seals)."""
+    m = state.materialized
+    if m is None or m.git_root is None or m.base_tree is None:
+        return None
+    return Seal(
+        root=m.git_root,
+        workspace=m.workspace,
+        base=state.spec.instance.base_commit,
+        base_tree=m.base_tree,
+        ws_identity=m.ws_identity,
+        dotgit_identity=m.dotgit_identity,
+    )
+
+
+def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:
+    """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
+    left no result to capture)."""
+    out: list[Event] = []
+    if patch is not None and patch.excerpt is not None:
+        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+    if verdict is not None and verdict.log_excerpt is not None:
+        out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
+    return out
+
+
 def _output_capped(
     started: ev.RunStarted | None, end: RunEnd, attempt: int
 ) -> list[ev.RunOutputCapped]:
@@ -654,7 +801,11 @@ def _output_capped(
         return []
     return [
         ev.RunOutputCapped(
-            attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
+            attempt=attempt,
+            path=path,
+            cap_bytes=started.output_cap_bytes,
+            cause=cause,
+            kept_bytes=end.kept.get(path),
         )
         for path, cause in end.capped
     ]

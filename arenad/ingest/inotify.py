@@ -1,12 +1,13 @@
-"""inotify on the event loop: one descriptor for every watch of a daemon, and no thread.
+"""inotify for many run watchers: one watchdog inotify instance and one thread per daemon.
 
-watchdog, which the run watchers used before, starts a thread per watched directory
-(besides its reader and dispatcher threads) and hands each notification across three of
-them, each hop taking the GIL. With 500 cells that was ~500 threads, each waking every
-second, and ~30% of the daemon's GIL time while every cell printed two lines a second
-(py-spy ``--gil``); its dispatch queue's move grouping also delayed notifications. Here
-the kernel's queue is read where the watchers live: a readable descriptor on the loop,
-one ``read`` for many events, a callback per watch per read.
+watchdog's observer, which the run watchers used before, runs an emitter thread per
+scheduled directory (each waking every second) and hands each notification across
+threads three times, each hop taking the GIL. With 500 cells that was ~500 threads and
+~30% of the daemon's GIL time while every cell printed two lines a second (py-spy
+``--gil``); its dispatch queue's move grouping also delayed notifications. Here the
+watches of every watcher share watchdog's :class:`~watchdog.observers.inotify_c.InotifyFD`
+(one descriptor, one reader thread); what it reads is handed to the event loop in one
+hop, and many notifications that arrive together wake each watcher once.
 
 A :class:`Watch` covers a directory and its subdirectories down to ``depth`` levels
 (the patterns a watcher selects have a fixed depth, so a whole workspace tree below the
@@ -23,68 +24,38 @@ naming the limit; the watchers then rely on their periodic rescans for that root
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
+import collections
+import contextlib
 import errno
 import logging
 import os
-import struct
 from collections.abc import Callable
+
+from watchdog.observers.inotify_c import (
+    CallbackId,
+    InotifyEvent,
+    InotifyFD,
+    Mask,
+    WatchDescriptor,
+)
+from watchdog.observers.inotify_c import InotifyConstants as C
 
 log = logging.getLogger(__name__)
 
-IN_MODIFY = 0x00000002
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_ISDIR = 0x40000000
-_IN_NONBLOCK = os.O_NONBLOCK
-_IN_CLOEXEC = os.O_CLOEXEC
-
 # No open/access/close events: a watcher's own reads must not wake it.
 MASK = (
-    IN_MODIFY
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_CREATE
-    | IN_DELETE
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-    | IN_ONLYDIR
+    C.IN_MODIFY
+    | C.IN_MOVED_FROM
+    | C.IN_MOVED_TO
+    | C.IN_CREATE
+    | C.IN_DELETE
+    | C.IN_DELETE_SELF
+    | C.IN_MOVE_SELF
+    | C.IN_ONLYDIR
 )
-_EVENT = struct.Struct("iIII")
-_READ_SIZE = 1 << 16
 
 Notify = Callable[[bool], None]
 """Called on the loop: ``True`` when entries may have changed, ``False`` for data only."""
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.inotify_init1.argtypes = [ctypes.c_int]
-    libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    return libc
-
-
-_LIBC = _libc()
-
-
-def _error(what: str, path: str | None = None) -> OSError:
-    code = ctypes.get_errno()
-    if code == errno.EMFILE and what == "inotify_init1":
-        text = "inotify instance limit reached (raise fs.inotify.max_user_instances)"
-    elif code == errno.ENOSPC:
-        text = "inotify watch limit reached (raise fs.inotify.max_user_watches)"
-    else:
-        text = f"{what}: {os.strerror(code)}"
-    return OSError(code, text, path)
 
 
 class Watch:
@@ -99,22 +70,44 @@ class Watch:
         # False once the root directory was deleted or moved away (the kernel's watch
         # follows the inode, not the path): its owner should watch the path anew.
         self.healthy = True
+        self.active = True
+
+
+class _Callback:
+    """One watch's interest in one directory; watchdog calls it on its reader thread,
+    and it only queues what happened for the loop."""
+
+    def __init__(self, owner: Inotify, watch: Watch, path: bytes, level: int) -> None:
+        self.owner = owner
+        self.watch = watch
+        self.path = path
+        self.level = level
+        self.wd = -1
+
+    def on_event(self, event: InotifyEvent) -> None:
+        self.owner._queue_from_thread((self, event.mask, event.name))
+
+    def on_watch_deleted(self, wd: int) -> None:
+        self.owner._queue_from_thread((self, C.IN_IGNORED, b""))
+
+    def on_queue_overflow(self) -> None:
+        self.owner._queue_from_thread((None, C.IN_Q_OVERFLOW, b""))
 
 
 class Inotify:
-    """One inotify instance, read on the running loop (create it there)."""
+    """One watchdog inotify instance and its reader thread, reporting on the running
+    loop (create it there)."""
 
     def __init__(self) -> None:
-        fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if fd < 0:
-            raise _error("inotify_init1")
-        self._fd = fd
         self._loop = asyncio.get_running_loop()
-        # wd -> the watches it serves (at which level) and its directory.
-        self._subs: dict[int, dict[Watch, int]] = {}
-        self._paths: dict[int, bytes] = {}
-        self._loop.add_reader(fd, self._on_readable)
+        # Raises OSError (EMFILE: the user's instance limit) with nothing started.
+        self._fd = InotifyFD()
+        # wd -> the callbacks on it (one per watch that covers the directory).
+        self._subs: dict[int, dict[Watch, _Callback]] = {}
+        self._queue: collections.deque[tuple[_Callback | None, int, bytes]] = collections.deque()
+        self._scheduled = False
         self.closed = False
+        self._fd.start()
 
     @property
     def directories(self) -> int:
@@ -133,35 +126,38 @@ class Inotify:
         return watch
 
     def unwatch(self, watch: Watch) -> None:
+        watch.active = False
         wds, watch.wds = watch.wds, set()
+        removed: list[tuple[WatchDescriptor, CallbackId]] = []
         for wd in wds:
             subs = self._subs.get(wd)
-            if subs is None:
+            if subs is None or watch not in subs:
                 continue
-            subs.pop(watch, None)
+            del subs[watch]
             if not subs:
                 del self._subs[wd]
-                self._paths.pop(wd, None)
-                # EINVAL: the kernel dropped it already (its directory was deleted).
-                _LIBC.inotify_rm_watch(self._fd, wd)
+            removed.append((WatchDescriptor(wd), CallbackId(id(watch))))
+        if removed and not self.closed:
+            self._fd.remove_callbacks(removed)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self._loop.remove_reader(self._fd)
-        os.close(self._fd)
         self._subs.clear()
-        self._paths.clear()
+        # The reader thread stops (watchdog's kill pipe) and closes the descriptor.
+        self._fd.stop()
 
     # -- inside --------------------------------------------------------------------
 
     def _add(self, path: bytes, watch: Watch, level: int) -> None:
-        wd = _LIBC.inotify_add_watch(self._fd, path, MASK)
-        if wd < 0:
-            raise _error("inotify_add_watch", os.fsdecode(path))
-        self._subs.setdefault(wd, {})[watch] = level
-        self._paths[wd] = path
+        callback = _Callback(self, watch, path, level)
+        if not os.path.isdir(path):
+            # IN_ONLYDIR would refuse it too; say so as the kernel would.
+            raise FileNotFoundError(errno.ENOENT, "no such directory", os.fsdecode(path))
+        wd = self._fd.add_callback(path, Mask(MASK), callback, CallbackId(id(watch)))
+        callback.wd = wd
+        self._subs.setdefault(wd, {})[watch] = callback
         watch.wds.add(wd)
         if level == 0:
             watch.root_wd = wd
@@ -182,58 +178,57 @@ class Inotify:
             except OSError as exc:
                 log.warning("cannot watch %s, relying on rescans: %s", os.fsdecode(sub), exc)
 
-    def _on_readable(self) -> None:
-        told: dict[Watch, bool] = {}
-        while True:
-            try:
-                data = os.read(self._fd, _READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                # Nothing is lost for good: every watcher rescans on this.
-                log.warning("reading inotify events failed, rescanning: %s", exc)
-                told = dict.fromkeys(self._all_watches(), True)
-                break
-            if not data:
-                break
-            self._parse(data, told)
-            if len(data) < _READ_SIZE // 2:
-                break
-        for watch, rescan in told.items():
-            watch.notify(rescan)
+    def _queue_from_thread(self, item: tuple[_Callback | None, int, bytes]) -> None:
+        # watchdog's thread. The loop resets the flag *before* it drains, so an item
+        # queued after the reset schedules a new drain and one queued before it is seen.
+        self._queue.append(item)
+        if self._scheduled:
+            return
+        self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(self._drain)
 
-    def _parse(self, data: bytes, told: dict[Watch, bool]) -> None:
-        offset = 0
-        while offset + _EVENT.size <= len(data):
-            wd, mask, _, length = _EVENT.unpack_from(data, offset)
-            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-            offset += _EVENT.size + length
-            if mask & IN_Q_OVERFLOW:
-                # The kernel dropped events: every watcher rescans.
+    def _drain(self) -> None:
+        self._scheduled = False
+        told: dict[Watch, bool] = {}
+        while self._queue:
+            callback, mask, name = self._queue.popleft()
+            if self.closed:
+                continue
+            if callback is None:  # the kernel dropped events: every watcher rescans
                 for watch in self._all_watches():
                     told[watch] = True
                 continue
-            subs = self._subs.get(wd)
-            if not subs:
+            watch = callback.watch
+            if not watch.active:
                 continue
-            entries_changed = bool(mask & IN_ISDIR) or not mask & IN_MODIFY
-            gone = mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)
-            for watch, level in list(subs.items()):
-                told[watch] = told.get(watch, False) or entries_changed
-                if gone and wd == watch.root_wd:
+            if mask & C.IN_IGNORED:
+                # The directory is gone (or the watch was removed): forget it.
+                if watch.wds and callback.wd in watch.wds:
+                    watch.wds.discard(callback.wd)
+                    subs = self._subs.get(callback.wd)
+                    if subs is not None and subs.get(watch) is callback:
+                        del subs[watch]
+                        if not subs:
+                            del self._subs[callback.wd]
+                if callback.wd == watch.root_wd:
                     watch.healthy = False
-                new_dir = mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO)
-                if new_dir and name and level < watch.depth:
-                    try:
-                        self._add(os.path.join(self._paths[wd], name), watch, level + 1)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOENT:
-                            log.warning("cannot watch a new directory, relying on rescans: %s", exc)
-            if mask & IN_IGNORED:
-                # The kernel removed the watch (its directory is gone, or we removed it).
-                for watch in self._subs.pop(wd, {}):
-                    watch.wds.discard(wd)
-                self._paths.pop(wd, None)
+                told[watch] = True
+                continue
+            entries_changed = bool(mask & C.IN_ISDIR) or not mask & C.IN_MODIFY
+            told[watch] = told.get(watch, False) or entries_changed
+            if mask & (C.IN_DELETE_SELF | C.IN_MOVE_SELF) and callback.wd == watch.root_wd:
+                watch.healthy = False
+            new_dir = mask & C.IN_ISDIR and mask & (C.IN_CREATE | C.IN_MOVED_TO)
+            if new_dir and name and callback.level < watch.depth:
+                try:
+                    self._add(os.path.join(callback.path, name), watch, callback.level + 1)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:
+                        log.warning("cannot watch a new directory, relying on rescans: %s", exc)
+        for watch, rescan in told.items():
+            if watch.active:
+                watch.notify(rescan)
 
     def _all_watches(self) -> set[Watch]:
         return {w for subs in self._subs.values() for w in subs}

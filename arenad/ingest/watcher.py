@@ -2,10 +2,10 @@
 
 :class:`RunDirWatcher` owns one :class:`~arenad.ingest.tailer.FileTailer` per
 selected file under one or more :class:`WatchSource` roots. It wakes on inotify
-notifications (:mod:`arenad.ingest.inotify`, read on the event loop) *and* on a
-periodic rescan, so a missed notification delays at most one rescan interval and
-loses nothing; files that appear after start (new workers) are picked up by the
-rescan a creation triggers.
+notifications (watchdog's, through :mod:`arenad.ingest.inotify`: one instance and
+one thread for every watcher of a daemon) *and* on a periodic rescan, so a missed
+notification delays at most one rescan interval and loses nothing; files that
+appear after start (new workers) are picked up by the rescan a creation triggers.
 
 Delivery is batched: each sink call carries the lines available now across all
 files, at most ``max_batch_events`` events or about ``max_batch_bytes`` line bytes
@@ -20,7 +20,6 @@ re-raises it; restart a new watcher from :attr:`RunDirWatcher.positions`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import logging
 import os
@@ -29,12 +28,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from arenad.ingest.inotify import Inotify, Watch
+from arenad.ingest.lines import MAX_LINE_BYTES
+from arenad.ingest.live import LiveLoop
 from arenad.ingest.offsets import (
     FileKey,
     IngestPosition,
@@ -274,8 +274,10 @@ class _Root:
     watch: Watch | None = None
 
 
-class RunDirWatcher:
+class RunDirWatcher(LiveLoop):
     """Tails the selected files of some roots into ``sink``; see the module docstring."""
+
+    task_name = "arenad-ingest-watcher"
 
     def __init__(
         self,
@@ -288,6 +290,7 @@ class RunDirWatcher:
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        max_line: int = MAX_LINE_BYTES,
         clock: Clock | None = wall_clock_ms,
         inotify: bool = True,
         busy_rate: float = DEFAULT_BUSY_RATE,
@@ -297,6 +300,7 @@ class RunDirWatcher:
         """``observer``: an inotify instance shared with other watchers (a daemon watching
         many runs); this watcher adds its roots' watches to it and removes them on close.
         Without one it opens (and closes) an instance of its own."""
+        super().__init__()
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate source names: {names}")
@@ -314,6 +318,7 @@ class RunDirWatcher:
         self._max_events = max_batch_events
         self._max_bytes = max_batch_bytes
         self._chunk_size = chunk_size
+        self._max_line = max_line
         self._clock = clock
         self._use_inotify = inotify
         self._busy_rate = busy_rate
@@ -327,14 +332,10 @@ class RunDirWatcher:
         self._observer: Inotify | None = None
         self._shared_observer = observer
         self._watches: list[Watch] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
         self._wake_requested = False
         self._rescan_requested = False
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = False
-        self._failure: BaseException | None = None
+        # Every file drained to its end and IngestionClosed delivered.
+        self._drained = False
         self.stats = IngestStats()
 
     # -- public --------------------------------------------------------------------
@@ -345,23 +346,23 @@ class RunDirWatcher:
         files = dict(self._initial.files)
         for key, tailer in self._tailers.items():
             files[key] = tailer.committed
-        return Positions(files=files, closed=self._closed)
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The sink's error that stopped the watcher, if any."""
-        return self._failure
+        return Positions(files=files, closed=self._drained)
 
     @property
     def files(self) -> dict[FileKey, Mode]:
         """The files found so far and their modes."""
         return {key: t.mode for key, t in self._tailers.items()}
 
-    async def start(self) -> None:
-        """Start watching (returns at once; ingestion runs in a background task)."""
-        if self._task is not None or self._closing:
-            raise RuntimeError("watcher already started")
-        self._loop = asyncio.get_running_loop()
+    async def close(self) -> Positions:  # type: ignore[override]  # it also returns them
+        """Drain every file to its end and emit IngestionClosed; returns final positions.
+
+        Trailing unterminated lines are ingested flagged ``partial``. Re-raises the
+        sink's error if one stopped the watcher (or occurs while draining).
+        """
+        await super().close()
+        return self.positions
+
+    async def _on_start(self) -> None:
         if self._use_inotify and self._shared_observer is not None:
             self._observer = self._shared_observer
         elif self._use_inotify:
@@ -369,85 +370,27 @@ class RunDirWatcher:
                 self._observer = Inotify()
             except OSError as exc:
                 log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
-        self._task = asyncio.create_task(self._run(), name="arenad-ingest-watcher")
-        self._task.add_done_callback(self._task_done)
 
-    async def close(self) -> Positions:
-        """Drain every file to its end and emit IngestionClosed; returns final positions.
+    async def _final_pass(self) -> None:
+        await self._final_drain()
+        self._drained = True
 
-        Trailing unterminated lines are ingested flagged ``partial``. Re-raises the
-        sink's error if one stopped the watcher (or occurs while draining).
-        """
-        if self._closed:
-            return self.positions
-        self._closing = True
-        self._wake.set()
-        try:
-            if self._task is not None:
-                with contextlib.suppress(Exception):
-                    await self._task
-            await self._stop_observer()
-            if self._failure is not None:
-                raise self._failure
-            await self._final_drain()
-        finally:
-            for tailer in self._order:
-                tailer.close()
-        self._closed = True
-        return self.positions
-
-    async def wait(self) -> None:
-        """Until the watcher stops: returns after :meth:`close`, raises the sink's error."""
-        if self._task is None:
-            raise RuntimeError("watcher not started")
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._task)
-        if self._failure is not None:
-            raise self._failure
-
-    async def abort(self) -> None:
-        """Stop at once without draining or emitting anything (like a crash would)."""
-        self._closing = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        await self._stop_observer()
+    async def _release(self) -> None:
         for tailer in self._order:
             tailer.close()
-
-    async def __aenter__(self) -> RunDirWatcher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.close()
-        else:
-            await self.abort()
 
     # -- the loop ------------------------------------------------------------------
 
     def _notify(self, rescan: bool) -> None:
-        # On the loop (the inotify reader). The loop resets the flags *before* it
-        # reads, so a notification after the reset always wakes it again and one
-        # before it is seen by the read.
+        # On the loop (arenad.ingest.inotify hands watchdog's reads over). The loop
+        # resets the flags *before* it reads, so a notification after the reset always
+        # wakes it again and one before it is seen by the read.
         if rescan:
             self._rescan_requested = True
         if self._wake_requested:
             return
         self._wake_requested = True
         self._wake.set()
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self._failure = task.exception()
-            log.error("ingestion stopped: the sink raised %r", self._failure)
 
     async def _run(self) -> None:
         # Idle, the watcher sleeps until inotify reports a change (or the next
@@ -532,7 +475,7 @@ class RunDirWatcher:
                 break
             # Busy is decided before the batch goes to the sink, not after: a writer at
             # full speed makes one inotify notification per write, and each costs
-            # the loop Python time (the GIL) for as long as the watches stay;
+            # Python time (the GIL) for as long as the watches stay;
             # the first batch's append alone can last a few hundred ms.
             self._window_events += len(batch)
             if not self._busy and self._window_events >= self._busy_rate * _BUSY_WINDOW:
@@ -602,6 +545,7 @@ class RunDirWatcher:
                         mode,
                         self._initial.files.get(key),
                         chunk_size=self._chunk_size,
+                        max_line=self._max_line,
                     )
                     self._tailers[key] = tailer
                     self._order.append(tailer)
@@ -640,7 +584,7 @@ class RunDirWatcher:
         for watch in watches:
             observer.unwatch(watch)
 
-    async def _stop_observer(self) -> None:
+    async def _stop_watching(self) -> None:
         self._disarm_timer()
         await self._unschedule_own()
         observer, self._observer = self._observer, None

@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import msgspec
 from watchdog.events import (
@@ -56,6 +55,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from arenad.errors import ConcurrencyError
+from arenad.ingest.live import LiveLoop
 from arenad.ingest.watcher import start_observer, stop_observer
 from arenad.proposer.layout import (
     SHOT_PREFIX,
@@ -514,7 +514,7 @@ class _Waker(FileSystemEventHandler):
         self._notify()
 
 
-class ProposerShotWatcher:
+class ProposerShotWatcher(LiveLoop):
     """Live capture: wakes on watchdog notifications and on a periodic rescan (so a
     missed notification delays a capture by one interval at most, never loses it).
 
@@ -522,6 +522,8 @@ class ProposerShotWatcher:
     time and returns the counts; ``wait()`` returns when it stopped and re-raises the error
     that stopped it (a store that refuses appends), as ``close()`` does.
     """
+
+    task_name = "arenad-proposer-capture"
 
     def __init__(
         self,
@@ -533,6 +535,7 @@ class ProposerShotWatcher:
         inotify: bool = True,
         clock: Clock = time.monotonic,
     ) -> None:
+        super().__init__()
         if rescan_interval <= 0:
             raise ValueError("rescan_interval must be positive")
         self.paths = paths
@@ -541,100 +544,30 @@ class ProposerShotWatcher:
         self._rescan_interval = rescan_interval
         self._use_inotify = inotify
         self._observer: BaseObserver | None = None
-        self._handler = _Waker(self._notify_threadsafe)
+        self._handler = _Waker(self._poke)
         self._watched: set[str] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = False
-        self._failure: BaseException | None = None
 
-    @property
-    def failure(self) -> BaseException | None:
-        return self._failure
+    async def close(self) -> CaptureCounts:  # type: ignore[override]  # and the counts
+        """Stop, then capture every file that differs from the log (settled or not)."""
+        await super().close()
+        return self.counts
 
-    async def start(self) -> None:
-        if self._task is not None or self._closing:
-            raise RuntimeError("watcher already started")
-        self._loop = asyncio.get_running_loop()
+    async def _on_start(self) -> None:
         await self._capture.load()
         if self._use_inotify:
             self._observer = start_observer("proposer capture")
-        self._task = asyncio.create_task(self._run(), name="arenad-proposer-capture")
 
-    async def close(self) -> CaptureCounts:
-        """Stop, then capture every file that differs from the log (settled or not)."""
-        if self._closed:
-            return self.counts
-        self._closing = True
-        self._wake.set()
-        try:
-            if self._task is not None:
-                with contextlib.suppress(Exception):
-                    await self._task
-            await self._stop_observer()
-            self._raise_failure()
-            self.counts.add(await self._capture.scan(flush=True))
-        finally:
-            self._closed = True
-        return self.counts
-
-    async def wait(self) -> None:
-        if self._task is None:
-            raise RuntimeError("watcher not started")
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._task)
-        self._raise_failure()
-
-    async def abort(self) -> None:
-        """Stop at once, capturing nothing more (as a crash would; a restart catches up)."""
-        self._closing = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        await self._stop_observer()
-        self._closed = True
-
-    async def __aenter__(self) -> ProposerShotWatcher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.close()
-        else:
-            await self.abort()
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-
-    def _notify_threadsafe(self) -> None:
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # loop closed
-                loop.call_soon_threadsafe(self._wake.set)
+    async def _final_pass(self) -> None:
+        self.counts.add(await self._capture.scan(flush=True))
 
     async def _run(self) -> None:
-        try:
-            while not self._closing:
-                self._wake.clear()
-                self.counts.add(await self._capture.scan())
-                await self._watch_dirs()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._rescan_interval):
-                        await self._wake.wait()
-        except Exception as exc:
-            self._failure = exc
-            log.error("proposer capture stopped: %r", exc)
-            raise
+        while not self._closing:
+            self._wake.clear()
+            self.counts.add(await self._capture.scan())
+            await self._watch_dirs()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._rescan_interval):
+                    await self._wake.wait()
 
     async def _watch_dirs(self) -> None:
         observer = self._observer
@@ -668,7 +601,7 @@ class ProposerShotWatcher:
                 continue
             self._watched.add(directory)
 
-    async def _stop_observer(self) -> None:
+    async def _stop_watching(self) -> None:
         observer, self._observer = self._observer, None
         if observer is not None:
             await asyncio.to_thread(stop_observer, observer)

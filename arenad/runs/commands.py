@@ -269,7 +269,6 @@ class RunHandle:
         stdout_file: IO[bytes] | None,
         stderr_file: IO[bytes] | None,
         capture_limit: int,
-        abort_event: asyncio.Event | None,
         stdin_data: bytes | None,
         gone_timeout_s: float,
         drain_timeout_s: float,
@@ -296,7 +295,6 @@ class RunHandle:
         self._err = _Capture(capture_limit)
         self._abort = asyncio.Event()
         self._abort_reason: str | None = None
-        self._external_abort = abort_event
         self._stdin_data = stdin_data
         self._gone_timeout_s = gone_timeout_s
         self._drain_timeout_s = drain_timeout_s
@@ -368,9 +366,6 @@ class RunHandle:
             asyncio.ensure_future(self._feed_stdin()),
         ]
         exit_future = self._child.exited
-        aborts = (
-            [self._abort] if self._external_abort is None else [self._abort, self._external_abort]
-        )
         drain_incomplete = False
         try:
             timeout = (
@@ -379,7 +374,7 @@ class RunHandle:
             end = await supervise_group(
                 self.pgid,
                 asyncio.shield(exit_future),
-                aborts,
+                [self._abort],
                 timeout_s=timeout,
                 kill_grace_s=self.kill_grace_s,
                 gone_timeout_s=self._gone_timeout_s,
@@ -463,7 +458,6 @@ async def start(
     stdout_path: str | os.PathLike[str] | None = None,
     stderr_path: str | os.PathLike[str] | None = None,
     capture_limit: int = DEFAULT_CAPTURE_LIMIT,
-    abort_event: asyncio.Event | None = None,
     clock: Clock = system_clock,
     gone_timeout_s: float = DEFAULT_GONE_TIMEOUT_S,
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
@@ -526,7 +520,6 @@ async def start(
         stdout_file=stdout_file,
         stderr_file=stderr_file,
         capture_limit=capture_limit,
-        abort_event=abort_event,
         stdin_data=stdin_data,
         gone_timeout_s=gone_timeout_s,
         drain_timeout_s=drain_timeout_s,

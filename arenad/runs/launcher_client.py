@@ -23,7 +23,9 @@ from arenad.runs import groups, limits
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.launcher_client")
-_Spawned = tuple[int, int | None, "asyncio.Future[None]"]
+# (pid, start ticks, reaped): the reaped future holds the wrapper's wait status, or None
+# when the launcher died before saying (the wrapper was reparented, reaped elsewhere).
+_Spawned = tuple[int, int | None, "asyncio.Future[int | None]"]
 
 WRAPPER = Path(runwrap.__file__).resolve()
 # The launcher imports the wrapper (and is imported itself, so both have cached bytecode);
@@ -60,7 +62,7 @@ class WrapperLauncher:
         self._next_id = 0
         # Request id -> the reply: (pid, start ticks, the wrapper's reaped future).
         self._pending: dict[int, asyncio.Future[_Spawned]] = {}
-        self._reaped: dict[int, asyncio.Future[None]] = {}
+        self._reaped: dict[int, asyncio.Future[int | None]] = {}
 
     @property
     def pid(self) -> int | None:
@@ -68,10 +70,16 @@ class WrapperLauncher:
         return self._pid
 
     async def spawn(
-        self, log: str, args: list[str], env: Mapping[str, str], release_r: int
-    ) -> tuple[int, int | None, asyncio.Future[None]]:
-        """A new wrapper (pid, start ticks, and a future set once it has been reaped)
-        with ``release_r`` as its stdin; the caller keeps (and closes) its own copy."""
+        self,
+        log: str,
+        args: list[str],
+        env: Mapping[str, str],
+        release_r: int,
+        lifeline_r: int | None = None,
+    ) -> tuple[int, int | None, asyncio.Future[int | None]]:
+        """A new wrapper (pid, start ticks, and a future set to its wait status once it
+        has been reaped) with ``release_r`` as its stdin (and ``lifeline_r`` as its fd 3);
+        the caller keeps (and closes) its own copies."""
         sock = await self._running()
         gone = self._gone
         assert gone is not None
@@ -86,7 +94,8 @@ class WrapperLauncher:
                 if gone.done():
                     raise _gone_error()
                 try:
-                    await _send_with_fd(loop, sock, message, release_r, gone)
+                    fds = [release_r] if lifeline_r is None else [release_r, lifeline_r]
+                    await _send_with_fds(loop, sock, message, fds, gone)
                 except OSError as exc:  # the peer is gone (EPIPE, ECONNRESET)
                     raise groups.SpawnError(
                         [sys.executable, "-c", "launcher"], f"sending to the launcher: {exc}"
@@ -209,7 +218,7 @@ class WrapperLauncher:
         elif kind == "reaped":
             done = self._reaped.pop(message[1], None)
             if done is not None and not done.done():
-                done.set_result(None)
+                done.set_result(message[2] if len(message) > 2 else None)
 
 
 def _boot() -> str:
@@ -233,11 +242,11 @@ def _gone_error() -> groups.SpawnError:
     return groups.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
 
 
-async def _send_with_fd(
+async def _send_with_fds(
     loop: asyncio.AbstractEventLoop,
     sock: socket.socket,
     message: bytes,
-    fd: int,
+    fds: list[int],
     gone: asyncio.Future[None],
 ) -> None:
     """Send, waiting for room while the socket is full, unless the launcher goes away
@@ -245,7 +254,7 @@ async def _send_with_fd(
     sock_fd = sock.fileno()
     while True:
         try:
-            socket.send_fds(sock, [message], [fd])
+            socket.send_fds(sock, [message], fds)
             return
         except BlockingIOError:
             writable: asyncio.Future[None] = loop.create_future()

@@ -3,8 +3,8 @@
 Steps run in the daemon's event loop (or a thread, for blocking ones). Agent runs start
 through the daemon's :class:`~arenad.runs.launcher_client.WrapperLauncher` as detached
 runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched through
-one shared inotify instance on the event loop (:mod:`arenad.ingest.inotify`; a
-:class:`~arenad.ingest.watcher.RunDirWatcher` per run).
+one shared watchdog inotify instance (:mod:`arenad.ingest.inotify`: one thread for every
+run; a :class:`~arenad.ingest.watcher.RunDirWatcher` per run).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from arenad.runs.executor import (
     RunRequest,
     Site,
     Tools,
+    check_executor,
 )
 from arenad.runs.files import RunFiles, capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from events.cell import RunStarted
+from events.specs import CellSpec
 
 log = logging.getLogger(__name__)
 
@@ -208,14 +210,15 @@ class LocalExecutor(Executor):
         self._site = LocalSite(self)
 
     async def start(self) -> None:
-        """Open the shared inotify instance (read on this loop; no thread)."""
+        """Open the shared inotify instance (one descriptor and reader thread)."""
         if self._inotify and self.observer is None:
             try:
                 self.observer = Inotify()
             except OSError as exc:
                 log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 
-    async def site(self, cell_id: str, attempt: int) -> Site:
+    async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
+        check_executor(spec, cell_id, self.kind)
         return self._site
 
     async def done_with(self, cell_id: str, attempt: int) -> None:

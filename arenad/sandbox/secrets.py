@@ -8,7 +8,7 @@ key values are expanded inside the wrapper's child.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from events.specs import SecretsSpec
@@ -86,7 +86,3 @@ def strip_provider_secrets(env: Mapping[str, str]) -> dict[str, str]:
 def stripped_names(env: Mapping[str, str]) -> list[str]:
     """The names strip_provider_secrets would remove (safe to log: names only)."""
     return sorted(k for k in env if is_provider_secret(k))
-
-
-def shell_join(argv: Sequence[str]) -> str:
-    return " ".join(shq(a) for a in argv)

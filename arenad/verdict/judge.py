@@ -22,19 +22,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from arenad.errors import ArenadError
 from arenad.runs.commands import run
 from arenad.runs.groups import SpawnError
 from arenad.sandbox.secrets import strip_provider_secrets
 from events.cell import JudgeVerdictRecorded
 from events.specs import JudgeSpec
 
-__all__ = ["DEFAULT_JUDGE", "VerdictError", "parse_verdict", "run_judge"]
+__all__ = ["DEFAULT_JUDGE", "VerdictError", "no_verdict", "parse_verdict", "run_judge"]
 
 DEFAULT_JUDGE = "swe-arena-official-judge"
 _TAIL = 2000
 
 
-class VerdictError(ValueError):
+class VerdictError(ArenadError, ValueError):
     """A verdict document that cannot be read (the message says why)."""
 
 
@@ -71,7 +72,8 @@ def parse_verdict(
     )
 
 
-def _no_verdict(spec: JudgeSpec, attempt: int, error: str, stdout: str) -> JudgeVerdictRecorded:
+def no_verdict(spec: JudgeSpec, attempt: int, error: str, stdout: str = "") -> JudgeVerdictRecorded:
+    """The event for a judge that gave no verdict: null resolved and score, and why."""
     doc = {"error": error, "stdout_tail": stdout[-_TAIL:]}
     return JudgeVerdictRecorded(
         attempt=attempt,
@@ -90,7 +92,6 @@ async def run_judge(
     workspace: str | os.PathLike[str],
     run_dir: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
-    abort_event: asyncio.Event | None = None,
 ) -> JudgeVerdictRecorded:
     """Run the campaign's judge for one attempt; always returns the event to append."""
     out = Path(run_dir) / "judge.json"
@@ -103,19 +104,18 @@ async def run_judge(
             timeout_s=spec.timeout_s,
             stdout_path=out,
             stderr_path=out.with_name("judge.log"),
-            abort_event=abort_event,
             capture_limit=0,
         )
     except SpawnError as exc:
-        return _no_verdict(spec, attempt, f"judge could not start: {exc.reason}", "")
+        return no_verdict(spec, attempt, f"judge could not start: {exc.reason}", "")
     stdout = await asyncio.to_thread(out.read_text, encoding="utf-8", errors="replace")
     if result.timed_out:
-        return _no_verdict(spec, attempt, f"judge timed out after {spec.timeout_s:g}s", stdout)
+        return no_verdict(spec, attempt, f"judge timed out after {spec.timeout_s:g}s", stdout)
     if result.aborted:
-        return _no_verdict(spec, attempt, "judge aborted", stdout)
+        return no_verdict(spec, attempt, "judge aborted", stdout)
     if result.code != 0:
-        return _no_verdict(spec, attempt, f"judge exited {result.code}", stdout)
+        return no_verdict(spec, attempt, f"judge exited {result.code}", stdout)
     try:
         return parse_verdict(stdout, attempt=attempt, default_judge=spec.name, source="command")
     except VerdictError as exc:
-        return _no_verdict(spec, attempt, f"judge printed no verdict: {exc}", stdout)
+        return no_verdict(spec, attempt, f"judge printed no verdict: {exc}", stdout)

@@ -3,6 +3,8 @@
 A test must not pass only because a key leaked in, so the gate's env loses every provider
 secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as
 the seed writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
+The log's tail (up to ``keep_bytes``) comes back with the result, for the log
+(:mod:`arenad.verdict.excerpt`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import msgspec
 from arenad.runs.commands import run
 from arenad.runs.groups import DEFAULT_KILL_GRACE_S
 from arenad.sandbox.secrets import strip_provider_secrets, stripped_names
+from arenad.verdict.excerpt import VERIFY_LOG_KEEP_BYTES, file_tail_excerpt
+from events.cell import TextExcerpt
 
 VERIFY_TIMEOUT_S = 600.0
 
@@ -31,6 +35,8 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     log_path: str
     # Names (never values) removed from the gate's env.
     stripped: list[str]
+    # The log's last bytes, with its whole size and sha256 (None: not asked for).
+    log_excerpt: TextExcerpt | None = None
 
 
 async def run_verify(
@@ -41,7 +47,7 @@ async def run_verify(
     env: Mapping[str, str] | None = None,
     timeout_s: float = VERIFY_TIMEOUT_S,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
-    abort_event: asyncio.Event | None = None,
+    keep_bytes: int = VERIFY_LOG_KEEP_BYTES,
 ) -> VerifyResult:
     """Run the verify command; ``env`` (default: ours) is passed with provider secrets removed."""
     base = dict(os.environ if env is None else env)
@@ -57,13 +63,14 @@ async def run_verify(
             kill_grace_s=kill_grace_s,
             stdout_path=log,
             stderr_path=err_path,
-            abort_event=abort_event,
             capture_limit=0,
         )
         with open(log, "ab") as out, open(err_path, "rb") as err:
             shutil.copyfileobj(err, out)
     finally:
         err_path.unlink(missing_ok=True)
+    # The whole log is hashed (a test suite can print megabytes): off the event loop.
+    excerpt = await asyncio.to_thread(file_tail_excerpt, log, keep_bytes)
     return VerifyResult(
         rc=result.code,
         passed=result.code == 0 and not result.timed_out and not result.aborted,
@@ -72,4 +79,5 @@ async def run_verify(
         wall_s=result.wall_s,
         log_path=os.fspath(log),
         stripped=stripped_names(base),
+        log_excerpt=excerpt,
     )

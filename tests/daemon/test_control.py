@@ -1,16 +1,21 @@
-"""`arenad abort` and SIGTERM against a real `arenad daemon` subprocess (command arm, git)."""
+"""Control reaches a running daemon: abort, pause, resume, retry and max-parallel (the
+daemon in-process, on a real home), and SIGTERM (a real `arenad daemon` subprocess)."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
+from arenad import app
+from arenad.daemon.daemon import DaemonOptions
+from arenad.home import Home
 from events import cell as ev
 from events.base import Event
 from events.streams import cell_of
 from tests.conftest import make_repo
+from tests.daemon.inprocess import init_and_submit, running_daemon
 from tests.daemon.support import (
-    cell_row,
     cli,
     command_campaign,
     read_all,
@@ -29,35 +34,62 @@ def _has(home: Path, cell: str, kind: type) -> bool:
     return any(isinstance(e, kind) for e in _events(home, cell))
 
 
-def _setup(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
+def _campaign(tmp_path: Path, **kwargs: object) -> Path:
     repo = tmp_path / "repo"
     base = make_repo(repo, {"a.txt": "a\n"})
-    camp = command_campaign(
-        tmp_path / "c.toml", name="ctl", repo=repo, base=base, argv=["bash", "-c", "sleep 60"]
-    )
+    args: dict[str, object] = {"name": "ctl", "argv": ["bash", "-c", "sleep 60"], **kwargs}
+    return command_campaign(tmp_path / "c.toml", repo=repo, base=base, **args)  # type: ignore[arg-type]
+
+
+def _setup(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    camp = _campaign(tmp_path)
     assert cli(home, "init").returncode == 0
     out = cli(home, "submit", str(camp))
     assert out.returncode == 0, out.stderr
     return home
 
 
-def test_abort_running_cell(tmp_path: Path) -> None:
-    home = _setup(tmp_path)
-    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
-    try:
-        wait_for(lambda: _has(home, CELL, ev.RunStarted), "RunStarted")
-        out = cli(home, "abort", CELL, "--reason", "test abort")
-        assert out.returncode == 0, out.stderr
-        assert daemon.wait(timeout=60) == 0
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
-    aborted = [e for e in _events(home, CELL) if isinstance(e, ev.RunAborted)]
+async def test_abort_running_cell(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    await init_and_submit(home, _campaign(tmp_path))
+    async with running_daemon(home, DaemonOptions(until_idle=True)) as daemon:
+
+        async def started() -> bool:
+            return any(isinstance(e, ev.RunStarted) for e in await daemon.events(CELL))
+
+        await daemon.wait_for(started, "RunStarted")
+        await app.abort_cell(Home(home), CELL, "test abort")
+        assert await daemon.stopped() == 0
+        aborted = [e for e in await daemon.events(CELL) if isinstance(e, ev.RunAborted)]
     assert len(aborted) == 1
     assert aborted[0].rc == 130
     assert "test abort" in aborted[0].reason
+
+
+async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    marker = tmp_path / "verifying"
+    camp = _campaign(
+        tmp_path,
+        argv=["bash", "-c", "echo b >> a.txt"],
+        verify_cmd=f"touch {marker}; exec sleep 600",
+        extra=f"[judge]\ncommand = {json.dumps('exec sleep 600')}",
+    )
+    await init_and_submit(home, camp)
+    async with running_daemon(home, DaemonOptions(until_idle=True)) as daemon:
+        await daemon.wait_for(marker.exists, "verify to start")
+        await app.abort_cell(Home(home), CELL, "enough")
+        assert await daemon.stopped(timeout_s=30) == 0
+        events = await daemon.events(CELL)
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert verified.verify_rc == 130 and verified.verify_pass is False
+    assert verified.scored is False and "verify aborted: enough" in (
+        verified.not_scored_reason or ""
+    )
+    judged = next(e for e in events if isinstance(e, ev.JudgeVerdictRecorded))
+    assert judged.resolved is None and "judge aborted" in judged.verdict_json
+    assert isinstance(events[-1], ev.CellRecovered)
 
 
 def test_sigterm_aborts_then_next_daemon_finishes(tmp_path: Path) -> None:
@@ -83,47 +115,40 @@ def test_sigterm_aborts_then_next_daemon_finishes(tmp_path: Path) -> None:
     assert isinstance(events[-1], ev.CellRecovered)
 
 
-def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(tmp_path: Path) -> None:
+async def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "home"
-    repo = tmp_path / "repo"
-    base = make_repo(repo, {"a.txt": "a\n"})
-    camp = command_campaign(
-        tmp_path / "c.toml",
+    camp = _campaign(
+        tmp_path,
         name="live",
-        repo=repo,
-        base=base,
         # Long enough that the resume and retry commands land while the other runs.
         argv=["bash", "-c", "sleep 3"],
         instances=("i1", "i2", "i3"),
     )
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
+    await init_and_submit(home, camp)
     first, paused, third = "live:i1:CMD:0", "live:i2:CMD:0", "live:i3:CMD:0"
+    h = Home(home)
     # Paused before any daemon runs: the daemon must leave it alone.
-    assert cli(home, "pause", paused).returncode == 0
-    daemon = start_daemon(home, "--max-parallel", "1", stderr=tmp_path / "daemon.err")
-    try:
+    await app.pause_cell(h, paused)
+    async with running_daemon(home, DaemonOptions(max_parallel=1)) as daemon:
 
-        def state(cell: str) -> tuple[str, int]:
-            row = cell_row(home, cell)
-            assert row is not None
-            return str(row["state"]), int(row["attempt"])
+        async def is_(cell: str, want: tuple[str, int]) -> bool:
+            return await daemon.state(cell) == want
 
-        wait_for(lambda: state(third)[0] == "recovered", "the unpaused cells to finish")
-        assert state(first)[0] == "recovered"
-        assert state(paused)[0] == "submitted"
+        await daemon.wait_for(lambda: is_(third, ("recovered", 1)), "the unpaused cells")
+        assert await daemon.state(first) == ("recovered", 1)
+        assert await daemon.state(paused) == ("submitted", 1)
         # All three commands travel as events; the running daemon follows them.
-        assert cli(home, "set-max-parallel", "3").returncode == 0
-        assert cli(home, "resume", paused).returncode == 0
-        assert cli(home, "retry", first).returncode == 0
-        wait_for(lambda: state(paused)[0] == "recovered", "the resumed cell")
-        wait_for(lambda: state(first) == ("recovered", 2), "the retried cell's new attempt")
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=60)
+        await app.set_max_parallel(h, 3)
+        await app.resume_cell(h, paused)
+        await app.retry_cell(h, first, "again")
+        await daemon.wait_for(lambda: is_(paused, ("recovered", 1)), "the resumed cell")
+        await daemon.wait_for(lambda: is_(first, ("recovered", 2)), "the retried attempt")
+        records = await daemon.records()
     # Run intervals as log positions (no clocks): RunStarted seq .. end-of-run seq.
     spans: dict[tuple[str, int], list[int]] = {}
-    for r in read_all(home):
+    for r in records:
         if isinstance(r.event, ev.RunStarted | ev.RunCompleted):
             spans.setdefault((cell_of(r.stream), r.event.attempt), []).append(r.seq)
 

@@ -131,19 +131,6 @@ async def test_abort_method_gives_130(tmp_path: Path) -> None:
     assert not group_alive(handle.pgid)
 
 
-async def test_abort_event_gives_130(tmp_path: Path) -> None:
-    lines = Out(tmp_path)
-    stop = asyncio.Event()
-    handle = await start(
-        ["bash", "-c", "echo ready; exec sleep 1000"], stdout_path=lines.path, abort_event=stop
-    )
-    await lines.wait_for(1)
-    stop.set()
-    result = await handle.wait()
-    assert result.code == 130 and result.aborted
-    assert not group_alive(handle.pgid)
-
-
 async def test_capture_is_capped_but_file_gets_everything(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = await run(
