@@ -23,6 +23,11 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [sandbox]                         # optional; every agent run, verify and judge
+    kind = "bwrap"                    # default; "none" is an explicit opt-out
+    read_only = ["./data"]            # shown read-only besides the system (an agent CLI
+                                      # installed somewhere unusual, a dataset)
+
     [[arms]]
     name = "SOLO"
     kind = "solo"                     # solo | supervisor | command
@@ -43,6 +48,7 @@ import msgspec
 
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
+from arenad.sandbox.confine import share_problem, user_homes
 from events.specs import (
     DEFAULT_EXCLUDES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -54,6 +60,7 @@ from events.specs import (
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
+    SandboxSpec,
     SecretsSpec,
     SoloArm,
     SupervisorArm,
@@ -131,6 +138,11 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
+class SandboxFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["bwrap", "none"] = "bwrap"
+    read_only: list[str] = []
+
+
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     command: str
     name: str = "swe-arena-official-judge"
@@ -154,6 +166,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
+    sandbox: SandboxFile | None = None
     arms: list[ArmFile]
 
 
@@ -437,6 +450,7 @@ def load_campaign(path: Path) -> Campaign:
         else None
     )
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
+    sandbox = _sandbox(parsed.sandbox, base, secrets, where)
     if parsed.materializer is not None and parsed.materializer.kind == "image":
         # Recorded in the spec, so a rerun uses the same image even if the rule changes.
         instances = [
@@ -458,6 +472,7 @@ def load_campaign(path: Path) -> Campaign:
             max_output_bytes=parsed.max_output_bytes,
             judge=judge,
             experiment_id=parsed.experiment_id,
+            sandbox=sandbox,
         )
         for instance in instances
         for arm in arms
@@ -470,6 +485,34 @@ def load_campaign(path: Path) -> Campaign:
         max_parallel=parsed.max_parallel,
         cells=cells,
     )
+
+
+def _sandbox(
+    spec: SandboxFile | None, base: Path, secrets: SecretsSpec | None, where: str
+) -> SandboxSpec:
+    """The [sandbox] table: read_only paths resolved against the campaign file, existing,
+    and never showing what a cell must not see (checked again against the arenad home at
+    submit, and where the cell runs)."""
+    if spec is None:
+        return SandboxSpec()
+    shares = []
+    for n, raw in enumerate(spec.read_only):
+        key = f"[sandbox] read_only[{n}]"
+        if not raw.strip():
+            raise CampaignError(f"{where}: {key} is empty")
+        path = _resolve_path(base, raw)
+        if not Path(path).exists():
+            raise CampaignError(f"{where}: {key}: {path} does not exist")
+        problem = share_problem(
+            path,
+            home_root=None,
+            secrets_dir=secrets.dir if secrets is not None else None,
+            homes=user_homes(),
+        )
+        if problem is not None:
+            raise CampaignError(f"{where}: {key}: {problem}")
+        shares.append(path)
+    return SandboxSpec(kind=spec.kind, read_only=shares)
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.campaign import load_campaign, spec_sha256
+from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import cells_view
+from arenad.sandbox.confine import host_problem, share_problem, user_homes
+from arenad.sandbox.secrets import wrapper_problem
 from arenad.store.base import AppendRequest
 from events.cell import CellSubmitted
 from events.control import CampaignSubmitted
@@ -22,8 +24,29 @@ class SubmitResult(msgspec.Struct, frozen=True):
     already: int
 
 
+def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
+    """Refuse (UserError) a campaign whose every cell would fail on this machine: no
+    bubblewrap for a sandboxed campaign, a secrets wrapper that is not there, a share that
+    would show the arenad home."""
+    specs = {spec_sha256(c): c for c in campaign.cells}.values()
+    problems = []
+    if any(c.sandbox.kind == "bwrap" for c in specs):
+        problems.append(host_problem())
+    wrappers = {tuple(c.secrets.wrapper): c.secrets for c in specs if c.secrets is not None}
+    problems += [wrapper_problem(secrets) for secrets in wrappers.values()]
+    shares = sorted({p for c in specs for p in c.sandbox.read_only})
+    homes = user_homes()
+    for share in shares:
+        problem = share_problem(share, home_root=str(home.root), secrets_dir=None, homes=homes)
+        problems.append(None if problem is None else f"[sandbox] read_only: {problem}")
+    for problem in problems:
+        if problem is not None:
+            raise UserError(f"{path}: {problem}; nothing was appended")
+
+
 async def submit_campaign(home: Home, path: Path) -> SubmitResult:
     campaign = load_campaign(path)  # every check happens before anything is written
+    check_runnable(home, path, campaign)
     async with open_store(home) as store:
         cells = cells_view(store)
         new: list[AppendRequest] = []

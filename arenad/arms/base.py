@@ -33,6 +33,7 @@ from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import usage_from_events
 from arenad.runs.executor import Site
 from arenad.sandbox.cellenv import cell_paths
+from arenad.sandbox.confine import CellSandbox, confine
 from arenad.sandbox.secrets import wrap_bash
 from arenad.store.base import AppendRequest
 from events import cell as ev
@@ -51,10 +52,44 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
     workspace: Path
     # The cell's isolated environment (private HOME, XDG dirs, opencode store).
     env: dict[str, str]
+    # The arenad home the run dir lives in: hidden from the cell, with its other cells.
+    home_root: str = ""
 
     @property
     def prompt_file(self) -> Path:
         return self.run_dir / "prompt.txt"
+
+    @property
+    def sandbox(self) -> CellSandbox:
+        """What the cell's children may see (the spec's [sandbox], around this run dir)."""
+        secrets = self.spec.secrets
+        return CellSandbox(
+            spec=self.spec.sandbox,
+            run_dir=str(self.run_dir),
+            workspace=str(self.workspace),
+            home_root=self.home_root,
+            secrets_dir=secrets.dir if secrets is not None else None,
+        )
+
+
+class AgentCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """What an arm runs, as its child sees it: ``argv`` started in ``cwd``, inside the
+    cell's sandbox (:func:`launch_for` makes the run's command line of it)."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout_s: float
+    kill_grace_s: float
+    # Started under the campaign's secrets wrapper (which runs outside the sandbox: it
+    # reads the env files and the opencode auth file there and hands the child values).
+    uses_secrets: bool = False
+    # What must be visible inside for the agent to start (checked before the run).
+    executables: list[str] = []
+    # The arm's own read-only shares, and writable paths in the run dir besides the
+    # workspace and the private dirs.
+    read_only: list[str] = []
+    read_write: list[str] = []
 
 
 class Launch(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +101,8 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     timeout_s: float
     kill_grace_s: float
+    # What the run can see (recorded in RunStarted); None: not said.
+    sandbox: ev.SandboxView | None = None
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,9 +123,9 @@ class Arm(abc.ABC):
     capture_purpose: ClassVar[Literal["solo", "command"]] = "solo"
 
     @abc.abstractmethod
-    def prepare(self, ctx: ArmContext) -> Launch:
-        """Write the arm's inputs into the run dir and say how to start it (blocking I/O:
-        run it at the cell's site, :func:`prepare_step`)."""
+    def prepare(self, ctx: ArmContext) -> AgentCommand:
+        """Write the arm's inputs into the run dir and say what to run (blocking I/O: run
+        it at the cell's site, :func:`prepare_step`, which confines it)."""
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
         """Facts recorded with ``RunStarted``, in its transaction (blocking I/O)."""
@@ -147,10 +184,43 @@ def write_prompt(ctx: ArmContext, suffix: str) -> Path:
     return ctx.prompt_file
 
 
-def under_secrets(ctx: ArmContext, script: str) -> tuple[list[str], str]:
-    """argv and cwd for a model-touching script (dotenvx when secrets are configured)."""
-    wrapped = wrap_bash(ctx.spec.secrets, script)
-    return wrapped.argv, wrapped.cwd if wrapped.cwd is not None else str(ctx.workspace)
+def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
+    """The run's command line for an arm's command: confined to the cell's sandbox, under
+    the secrets wrapper when it uses secrets (blocking I/O: at the cell's site).
+
+    With secrets the chain is ``wrapper -> bash (auth bootstrap) -> bwrap -> agent``: the
+    bash that reads the auth file outside the sandbox ignores the run's group signals and
+    stays bwrap's parent (never ``exec``), so a TERM to the run's group reaches the agent
+    and the sandbox lives through the agent's grace.
+    """
+    confined = confine(
+        ctx.sandbox,
+        command.argv,
+        env=command.env,
+        chdir=command.cwd,
+        read_only=command.read_only,
+        read_write=command.read_write,
+        executables=command.executables,
+    )
+    argv, cwd = confined.argv, command.cwd
+    secrets = ctx.spec.secrets
+    if command.uses_secrets and secrets is not None:
+        line = shlex.join(confined.argv)
+        script = f"trap '' TERM INT HUP\n{line}\nexit $?" if confined.sandboxed else f"exec {line}"
+        wrapped = wrap_bash(secrets, script)
+        argv, cwd = wrapped.argv, wrapped.cwd if wrapped.cwd is not None else cwd
+    # Every child gets PWD equal to its real working directory: one inherited from the
+    # daemon would name the daemon's directory (opencode trusts PWD over its cwd).
+    env = {k: v for k, v in command.env.items() if k != "OLDPWD"}
+    env["PWD"] = cwd
+    return Launch(
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        timeout_s=command.timeout_s,
+        kill_grace_s=command.kill_grace_s,
+        sandbox=confined.view,
+    )
 
 
 def q(value: str | Path) -> str:

@@ -51,6 +51,7 @@ from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
+from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.verdict.judge import no_verdict
 from events import cell as ev
@@ -223,6 +224,7 @@ class CellRunner:
             run_dir=run_dir,
             workspace=Path(state.workspace),
             env=cell_env_for(run_dir, self.config.base_env),
+            home_root=str(self.config.home.root),
         )
 
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
@@ -271,6 +273,10 @@ class CellRunner:
         try:
             launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
             before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        except SandboxError as exc:
+            # What the campaign asks cannot be confined here: a new attempt would fail alike.
+            await self._fail(state, "launch", str(exc), retryable=False)
+            return
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return
@@ -313,6 +319,7 @@ class CellRunner:
             output_cap_bytes=files.cap_bytes,
             executor=record.executor,
             node=record.node,
+            sandbox=launch.sandbox,
         )
         try:
             state = await self.writer.append([*before_start, started])
@@ -487,6 +494,7 @@ class CellRunner:
                 str(verify_log),
                 ctx.env,
                 spec.verify_timeout_s,
+                ctx.sandbox,
             )
         )
         if verdict is None:
@@ -517,6 +525,7 @@ class CellRunner:
                     str(ctx.workspace),
                     str(ctx.run_dir),
                     ctx.env,
+                    ctx.sandbox,
                 )
             )
             events.append(

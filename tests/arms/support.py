@@ -19,6 +19,13 @@ SUP_RUN = Path(".loops") / "supervisor" / "sup-1"
 """The stand-in driver's run dir, relative to the workspace."""
 
 
+def sandbox_shares() -> list[str]:
+    """What the stand-in driver needs shown in the cell's sandbox: this checkout's venv (its
+    interpreter) and the fakes dir it lives in (the campaign's documented way to share an
+    agent installed somewhere unusual)."""
+    return [sys.prefix, str(DRIVER.parent)]
+
+
 def supervisor_campaign(
     path: Path,
     *,
@@ -62,6 +69,8 @@ loops_repo = {json.dumps(str(loops))}
 driver_cmd = {driver}
 env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000" }}
 {store_init}
+[sandbox]
+read_only = {json.dumps(sandbox_shares())}
 """
     )
     return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,39 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.daemon.support import (
+    Beacon,
+    cli,
+    command_campaign,
+    read_all,
+    start_daemon,
+    wait_for,
+)
 
 CELL = "rs:i1:CMD:0"
 
 
+_beacons: list[Beacon] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_beacons() -> Iterator[None]:
+    yield
+    while _beacons:
+        _beacons.pop().close()
+
+
+def _report(marker: Path) -> str:
+    """The agent's shell command that adds its pid to ``marker`` (the agent is sandboxed:
+    it reports over the network, see Beacon)."""
+    beacon = Beacon(marker)
+    _beacons.append(beacon)
+    return beacon.shell()
+
+
 def _agent(marker: Path, lines: int, pause_s: float, rc: int) -> list[str]:
     script = (
-        f'echo "$$" >> {marker}; '
+        f"{_report(marker)}; "
         f"for i in $(seq {lines}); do "
         # Doubled braces: the command arm's argv is a str.format template.
         f'echo "{{{{\\"kind\\":\\"tick\\",\\"i\\":$i}}}}"; sleep {pause_s}; done; exit {rc}'
@@ -221,7 +247,7 @@ def test_sigterm_with_leave_running_hands_the_agent_to_the_next_daemon(tmp_path:
 def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     # An agent that ignores SIGTERM, with a long kill grace: a drain would wait it out.
-    stubborn = ["bash", "-c", f"trap '' TERM; echo $$ >> {marker}; sleep 120"]
+    stubborn = ["bash", "-c", f"trap '' TERM; {_report(marker)}; sleep 120"]
     home = _setup(tmp_path, stubborn, arm_extra="kill_grace_s = 60")
     daemon = start_daemon(home, stderr=tmp_path / "daemon.err")
     wait_for(lambda: marker.exists(), "the agent to start")
@@ -281,7 +307,7 @@ def test_output_dropped_past_the_cap_is_not_silence(tmp_path: Path) -> None:
 
 def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
-    home = _setup(tmp_path, ["bash", "-c", f"echo $$ >> {marker}; sleep 120"])
+    home = _setup(tmp_path, ["bash", "-c", f"{_report(marker)}; sleep 120"])
     daemon = start_daemon(
         home,
         "--until-idle",
