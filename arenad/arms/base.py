@@ -20,6 +20,8 @@ touch the cell's files run at its site (:class:`arenad.runs.executor.Site`).
 from __future__ import annotations
 
 import abc
+import json
+import os
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -27,17 +29,19 @@ from typing import ClassVar, Literal
 
 import msgspec
 
+from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import usage_from_events
-from arenad.runs.executor import Site
+from arenad.runs.executor import Site, Tools
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import CellSandbox, confine
 from arenad.sandbox.secrets import wrap_bash
 from arenad.store.base import AppendRequest
 from events import cell as ev
 from events.base import Event, Recorded
+from events.ingest import LineIngested, LineMalformed
 from events.specs import CellSpec
 
 IngestReader = Callable[[], Awaitable[Sequence[Recorded | Event]]]
@@ -142,6 +146,16 @@ class Arm(abc.ABC):
         """Facts recorded with the run's end, in its transaction."""
         return []
 
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """Whether a run that failed was failed by the model provider before any model step
+        completed (:mod:`arenad.arms.evidence`): by default read off the agent's stdout
+        stream (ingested) and the tail of its stderr file."""
+        stream = stream_objects(await read_ingested(), "stdout")
+        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
+        return infra_cause(stream, stderr)
+
     def outcome(self, state: CellState) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
         rc = state.run_rc
@@ -177,6 +191,41 @@ class Arm(abc.ABC):
     ) -> None:
         """What the arm leaves beside a recovered run (after its CellRecovered commit)."""
         return None
+
+
+def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[object]:
+    """The parsed lines of one ingested source (a malformed line is kept as its text)."""
+    out: list[object] = []
+    for item in ingested:
+        e = item.event if isinstance(item, Recorded) else item
+        if isinstance(e, LineIngested | LineMalformed) and e.source == source:
+            if isinstance(e, LineIngested) and e.encoding == "utf-8":
+                try:
+                    out.append(json.loads(e.raw))
+                    continue
+                except ValueError:
+                    pass
+            out.append(e.raw)
+    return out
+
+
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+def read_tail_step(tools: Tools, path: str) -> str:
+    """Site step: the last bytes of a run's output file ('' if it cannot be read). Never
+    through a symlink: without a sandbox the agent could have planted one there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        try:
+            size = os.fstat(fd).st_size
+            f.seek(max(0, size - STDERR_TAIL_BYTES))
+            return f.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            return ""
 
 
 def write_prompt(ctx: ArmContext, suffix: str) -> Path:

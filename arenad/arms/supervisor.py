@@ -26,7 +26,17 @@ from typing import Any
 import msgspec
 
 from arenad.arms import supervisor_figures as figures
-from arenad.arms.base import AgentCommand, Arm, ArmContext, IngestReader, Outcome, q
+from arenad.arms.base import (
+    AgentCommand,
+    Arm,
+    ArmContext,
+    IngestReader,
+    Outcome,
+    q,
+    read_tail_step,
+    stream_objects,
+)
+from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -224,6 +234,16 @@ class SupervisorArmRunner(Arm):
                 spent_usd=summary.spent_usd,
             )
         ]
+
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """The driver's own model calls are its brain log's lines: with one, the brain had
+        its turn; without, the driver's stderr is the evidence."""
+        if stream_objects(await read_ingested(), "brain"):
+            return None
+        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
+        return infra_cause([], stderr)
 
     def outcome(self, state: CellState) -> Outcome:
         """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""

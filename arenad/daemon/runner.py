@@ -418,7 +418,17 @@ class CellRunner:
                 )
                 return
         events: list[Event] = [outcome, *_output_capped(state.run, end, attempt)]
-        events += await self.arm.end_events(site, ctx, self._ingested(attempt, sink))
+        reader = self._ingested(attempt, sink)
+        events += await self.arm.end_events(site, ctx, reader)
+        failed = end.how == "timed_out" or (end.how == "exited" and end.code != 0)
+        infra = await self.arm.infra_cause(site, ctx, reader) if failed else None
+        if infra is not None:
+            # The provider failed the run before any model step: not the agent's loss. The
+            # run's end and the failure are one transaction, with the policy's new attempt.
+            await self._fail(
+                state, "run", infra.cause, retryable=True, also=sink.take_held(), before=events
+            )
+            return
         await self._append_with(events, sink.take_held())
 
     async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
@@ -578,9 +588,11 @@ class CellRunner:
         *,
         retryable: bool,
         also: Sequence[AppendRequest] = (),
+        before: Sequence[Event] = (),
     ) -> None:
-        """Record an infrastructure failure, and the policy's new attempt in the same
-        transaction when it asks for one (so a crash cannot separate the two)."""
+        """Record an infrastructure failure (after ``before``, e.g. the run's end), and the
+        policy's new attempt in the same transaction when it asks for one (so a crash
+        cannot separate them)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
         failure = ev.CellFailed(
             attempt=state.attempt,
@@ -589,10 +601,12 @@ class CellRunner:
             classification="infrastructure",
             retryable=retryable,
         )
-        retry = policy_retry(
-            apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
-        )
-        await self._append_with([failure] if retry is None else [failure, retry], also)
+        now = self.clock()
+        for event in before:
+            state = apply(state, event, now)
+        retry = policy_retry(apply(state, failure, now), failure, self.config.retry, now)
+        events = [*before, failure] if retry is None else [*before, failure, retry]
+        await self._append_with(events, also)
         await self.executor.done_with(self.cell_id, state.attempt)
 
 
