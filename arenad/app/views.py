@@ -69,7 +69,20 @@ def history_lines(events: Iterable[Recorded]) -> list[str]:
     return lines
 
 
-STATUS_COLUMNS = ("cell", "arm", "rep", "att", "state", "wall_s", "verify", "tokens", "cost")
+STATUS_COLUMNS = (
+    "cell",
+    "arm",
+    "rep",
+    "att",
+    "state",
+    "wall_s",
+    "verify",
+    "tokens",
+    "cost",
+    "reason",
+)
+# The table's reason column is cut here; `status --json` has it whole.
+REASON_WIDTH = 60
 
 
 def _verify_text(scored: Any, verify_pass: Any) -> str:
@@ -78,6 +91,10 @@ def _verify_text(scored: Any, verify_pass: Any) -> str:
     if not scored:
         return "not scored"
     return "pass" if verify_pass else "fail"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any]]) -> str:
@@ -102,6 +119,7 @@ def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any
                     _verify_text(row["scored"], row["verify_pass"]),
                     tokens,
                     f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
+                    _cut(row.get("reason") or "-", REASON_WIDTH),
                 )
             )
         widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
