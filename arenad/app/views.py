@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from events.base import Recorded
+from events.cell import SandboxView
 
 _json = msgspec.json.Encoder()
 
@@ -50,6 +51,10 @@ def _summary(r: Recorded) -> str:
     for key, value in fields.items():
         if key in _SUMMARY_SKIP or value is None or value == [] or value == {}:
             continue
+        if isinstance(value, SandboxView):
+            # Whole: the audit trail of what the run could see is never cut.
+            parts.append(f"sandbox={_sandbox_text(value)}")
+            continue
         if isinstance(value, msgspec.Struct):
             value = {k: v for k, v in msgspec.structs.asdict(value).items() if v is not None}
         text = str(value)
@@ -57,6 +62,15 @@ def _summary(r: Recorded) -> str:
             text = text[:77] + "..."
         parts.append(f"{key}={text}")
     return ", ".join(parts)
+
+
+def _sandbox_text(view: SandboxView) -> str:
+    if view.kind == "none":
+        return "none (not confined)"
+    return (
+        f"{view.kind} {view.version or '?'} read-only [{', '.join(view.read_only)}]"
+        f" read-write [{', '.join(view.read_write)}]"
+    )
 
 
 def history_lines(events: Iterable[Recorded]) -> list[str]:
