@@ -12,6 +12,11 @@ log, and the run wrapper that lets an agent outlive it) over the work itself.
 
 Prints cells/s, daemon overhead per cell (ms), p50/p95 per-step latency (deltas of the cell
 events' recorded_at_ms) and the daemon/baseline wall ratio.
+
+The daemon runs twice, the same campaign with ``[sandbox] kind = "none"`` and with the
+default ``"bwrap"`` (the agent run and verify each in a bubblewrap sandbox), and prints the
+sandbox's per-cell cost and the bwrap/none wall ratio. The per-step figures are the bwrap
+run's (the default configuration).
 """
 
 from __future__ import annotations
@@ -61,11 +66,15 @@ def make_repo(path: Path) -> str:
     return out.stdout.strip()
 
 
-def write_campaign(path: Path, repo: Path, base: str, cells: int, parallel: int) -> None:
+def write_campaign(
+    path: Path, repo: Path, base: str, cells: int, parallel: int, sandbox: str
+) -> None:
     lines = [
         'name = "bench"',
         'split = "dev"',
         f"max_parallel = {parallel}",
+        "[sandbox]",
+        f'kind = "{sandbox}"',
         "[materializer]",
         'kind = "git"',
         f'source = "{repo}"',
@@ -112,12 +121,12 @@ async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int)
 
 
 async def daemon_run(
-    root: Path, repo: Path, base: str, cells: int, parallel: int
+    root: Path, repo: Path, base: str, cells: int, parallel: int, sandbox: str
 ) -> tuple[float, list[Recorded]]:
-    home = Home(root / "home")
+    home = Home(root / f"home-{sandbox}")
     await init_home(home)
-    camp = root / "bench.toml"
-    write_campaign(camp, repo, base, cells, parallel)
+    camp = root / f"bench-{sandbox}.toml"
+    write_campaign(camp, repo, base, cells, parallel, sandbox)
     await submit_campaign(home, camp)
     t0 = time.perf_counter()
     await run_daemon(home, DaemonOptions(max_parallel=parallel, until_idle=True), dict(os.environ))
@@ -149,7 +158,12 @@ def main() -> None:
         base_wall = asyncio.run(
             baseline(root / "baseline", repo, base, args.cells, args.max_parallel)
         )
-        wall, recorded = asyncio.run(daemon_run(root, repo, base, args.cells, args.max_parallel))
+        plain_wall, _ = asyncio.run(
+            daemon_run(root, repo, base, args.cells, args.max_parallel, "none")
+        )
+        wall, recorded = asyncio.run(
+            daemon_run(root, repo, base, args.cells, args.max_parallel, "bwrap")
+        )
         by_cell: dict[str, list[Recorded]] = defaultdict(list)
         for r in recorded:
             if streams.is_cell_stream(r.stream):
@@ -164,10 +178,18 @@ def main() -> None:
                 steps[f"{prev.tag} -> {cur.tag}"].append(cur.recorded_at_ms - prev.recorded_at_ms)
         n = args.cells
         print(f"cells: {n}, max-parallel {args.max_parallel}, recovered {recovered}")
-        print(f"daemon:   {wall:8.2f} s  {n / wall:8.1f} cells/s")
-        print(f"baseline: {base_wall:8.2f} s  {n / base_wall:8.1f} cells/s  (no log)")
-        print(f"ratio daemon/baseline wall: {wall / base_wall:.2f}")
+        print(f"daemon:   {wall:8.2f} s  {n / wall:8.1f} cells/s  (sandbox bwrap, the default)")
+        print(f"daemon:   {plain_wall:8.2f} s  {n / plain_wall:8.1f} cells/s  (sandbox none)")
+        print(f"baseline: {base_wall:8.2f} s  {n / base_wall:8.1f} cells/s  (no log, no sandbox)")
+        print(
+            f"ratio daemon/baseline wall: {wall / base_wall:.2f}"
+            f" (sandbox none: {plain_wall / base_wall:.2f})"
+        )
         print(f"daemon overhead per cell: {(wall - base_wall) / n * 1000:.2f} ms (wall, amortised)")
+        print(
+            f"sandbox cost per cell: {(wall - plain_wall) / n * 1000:.2f} ms"
+            f" (run + verify in bwrap), ratio bwrap/none wall: {wall / plain_wall:.2f}"
+        )
         print("per-step latency (ms, recorded_at_ms deltas):")
         for name, values in steps.items():
             print(
