@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -122,3 +123,34 @@ def test_a_timeout_ends_the_whole_sandbox(tmp_path: Path) -> None:
         except OSError:
             continue
     assert not alive
+
+
+def test_verify_still_runs_the_projects_tests(tmp_path: Path) -> None:
+    """pytest from a virtualenv (shown with its base interpreter) runs the workspace's
+    tests inside the sandbox, after the agent's fix."""
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    files = {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    }
+    base = make_repo(repo, files)
+    camp = command_campaign(
+        tmp_path / "c.toml",
+        name="vp",
+        repo=repo,
+        base=base,
+        argv=["bash", "-c", "sed -i 's/a - b/a + b/' calc.py"],
+        verify_cmd="python -m pytest -q -p no:cacheprovider test_calc.py",
+    )
+    assert cli(home, "init").returncode == 0
+    assert cli(home, "submit", str(camp)).returncode == 0
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+    events = [r.event for r in read_all(home) if r.stream == "cell/vp:i1:CMD:0"]
+    verified = _one(events, ev.CellVerified)
+    log = Path(verified.verify_log or "").read_text()  # type: ignore[attr-defined]
+    assert verified.verify_pass is True, log  # type: ignore[attr-defined]
+    assert "1 passed" in log
