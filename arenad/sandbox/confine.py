@@ -296,14 +296,16 @@ def confine(
         )
 
     given = []
-    for raw in [*cell.spec.read_only, *read_only]:
+    asked = [(SHARE_KEY, p) for p in cell.spec.read_only]
+    asked += [("what the arm shares (its agent's install, its checkout)", p) for p in read_only]
+    for key, raw in asked:
         if not os.path.exists(raw):
-            raise SandboxError(f"{SHARE_KEY}: {raw} does not exist on this machine")
+            raise SandboxError(f"{key}: {raw} does not exist on this machine")
         real = os.path.realpath(raw)
         for path in {os.path.normpath(raw), real}:
             problem = refused(path)
             if problem is not None:
-                raise SandboxError(f"{SHARE_KEY}: {problem}")
+                raise SandboxError(f"{key}: {problem}")
         given.append(real)
     search_path = env.get("PATH", os.defpath)
     found = [p for p in with_companions(path_toolchains(search_path)) if os.path.isdir(p)]

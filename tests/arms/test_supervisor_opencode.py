@@ -372,6 +372,9 @@ def test_workers_started_by_plain_exec_work_in_their_clones(
     verified = _one(cell, ev.CellVerified)
     patch = Path(verified.patch_path).read_text()  # type: ignore[attr-defined]
     assert "+    return a + b" in patch and "+    return a * b" in patch
-    # The loops checkout (read-only to the cell) is untouched.
+    # The driver and its workers saw the loops checkout read-only, and it is untouched.
     loops = tmp_path / "loops"
+    view = _one(cell, ev.RunStarted).sandbox  # type: ignore[attr-defined]
+    assert view.kind == "bwrap" and str(loops) in view.read_only
+    assert not any(p.startswith(str(loops)) for p in view.read_write)
     assert sorted(p.name for p in loops.iterdir()) == [".git", "README"]
