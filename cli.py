@@ -1,11 +1,20 @@
 """The `arenad` command line: wiring only. Each command calls one function of arenad.app
 (the one door: nothing else of arenad is imported here), prints the result, and turns
-user errors into one line on stderr and exit status 2."""
+errors into one line on stderr and the exit status of the README's table:
+
+    0   ok
+    1   runtime failure: the store cannot be read or written (full, read-only, damaged,
+        tampered), a process could not be run, the daemon stopped on a fatal error
+    2   user error: a file, argument or environment variable given is wrong (the line
+        names it); nothing was written
+    86  an injected crash (ARENAD_FAULT, for tests)
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -18,7 +27,6 @@ from arenad import app as services
 from arenad.app import (
     ArenadError,
     Home,
-    StoreError,
     UserError,
     history_lines,
     recorded_to_json,
@@ -47,21 +55,32 @@ class Context:
 _ctx = Context()
 
 
-def fail(message: str, code: int = 2) -> None:
+EXIT_RUNTIME = 1
+EXIT_USER = 2
+
+
+def fail(message: str, code: int = EXIT_USER) -> None:
     typer.echo(f"arenad: {message}", err=True)
     raise typer.Exit(code)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a service; a user's mistake or a store refusal is one line, never a traceback."""
+    """Run a service; a user's mistake (2) or a runtime failure (1: the store refused, a
+    process could not run) is one line, never a traceback. A store that cannot be written
+    is a runtime failure whether it filled before the command or during it."""
     try:
         return asyncio.run(coro)
     except UserError as exc:
         fail(str(exc))
-    except StoreError as exc:
-        fail(str(exc))
     except ArenadError as exc:
-        fail(str(exc), 1)
+        fail(str(exc), EXIT_RUNTIME)
+    except BrokenPipeError:
+        # The reader went away (`arenad events | head`): click's rule, stop quietly, exit 1.
+        raise
+    except OSError as exc:
+        # The machine refused (a full disk, a permission): a runtime failure, in one line.
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", EXIT_RUNTIME)
     raise AssertionError("unreachable")
 
 
@@ -118,9 +137,43 @@ def status(
 ) -> None:
     result = run(services.status(_ctx.home, campaign))
     if json_:
-        typer.echo(_json.encode({"counts": result["counts"], "cells": result["cells"]}).decode())
+        doc = {k: result[k] for k in ("counts", "cells", "campaigns")}
+        typer.echo(_json.encode(doc).decode())
     else:
-        typer.echo(status_table(result["count_list"], result["cells"]))
+        typer.echo(status_table(result["count_list"], result["cells"], result["campaigns"]))
+
+
+@command(
+    "One line per campaign: cells by state, spend and cap, first and last event.",
+    "arenad campaigns --json",
+)
+def campaigns(
+    json_: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+) -> None:
+    figures = run(services.campaigns(_ctx.home))
+    if json_:
+        typer.echo(_json.encode(figures).decode())
+    else:
+        typer.echo(services.campaigns_table(figures))
+
+
+@command(
+    "Change a campaign's spend cap in USD; a running daemon follows it.",
+    "arenad set-budget swe-verified 80",
+)
+def set_budget(
+    campaign: Annotated[str, typer.Argument(help="The campaign's name.")],
+    usd: Annotated[float, typer.Argument(help="The new cap, in USD.")],
+    abort_running: Annotated[
+        bool | None,
+        typer.Option(
+            "--abort-running/--no-abort-running",
+            help="Whether reaching the cap also aborts running cells (default: as it was).",
+        ),
+    ] = None,
+) -> None:
+    budget = run(services.set_budget(_ctx.home, campaign, usd, abort_running))
+    typer.echo(f"campaign {campaign}: spend cap ${budget.cap_usd:g}")
 
 
 @command(
@@ -164,16 +217,31 @@ def events(
         run(emit())
 
 
-@command("Walk the hash chain; name the first bad row (exit 1).", "arenad verify-log")
-def verify_log() -> None:
-    report = run(services.verify_log(_ctx.home))
+@command(
+    "Walk the hash chain; name the first bad row (exit 1).",
+    "arenad verify-log --anchor ~/backup/arenad.anchor",
+)
+def verify_log(
+    anchor: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchor",
+            metavar="FILE",
+            help="A file kept elsewhere: the log must still hold the head it records"
+            " (catches deleted newest rows with a rewritten head); then it records today's.",
+        ),
+    ] = None,
+) -> None:
+    checked = run(services.verify_log(_ctx.home, anchor))
+    report = checked.report
     if report.ok:
-        typer.echo(f"log ok: {report.rows} events, chain verified")
+        note = f"; {checked.anchor}" if checked.anchor else ""
+        typer.echo(f"log ok: {report.rows} events, chain verified{note}")
         return
     typer.echo(
         f"arenad: log tampered or damaged at seq {report.first_bad_seq}: {report.problem}", err=True
     )
-    raise typer.Exit(1)
+    raise typer.Exit(EXIT_RUNTIME)
 
 
 @command("Recreate every read model from the log.", "arenad rebuild")
@@ -188,12 +256,30 @@ def rebuild() -> None:
 )
 def submit(
     campaign: Annotated[Path, typer.Argument(help="The campaign TOML file.")],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Validate everything and show what would be created; append nothing."
+        ),
+    ] = False,
 ) -> None:
-    result = run(services.submit_campaign(_ctx.home, campaign))
-    typer.echo(
-        f"campaign {result.campaign}: {len(result.added)} cell(s) submitted,"
-        f" {result.already} already known"
-    )
+    progress = _progress("cells checked" if dry_run else "cells written")
+    result = run(services.submit_campaign(_ctx.home, campaign, dry_run=dry_run, progress=progress))
+    if progress is not None:
+        sys.stderr.write("\r\033[K")
+    typer.echo("\n".join(services.submit_lines(result)))
+
+
+def _progress(what: str) -> Callable[[int, int], None] | None:
+    """A progress line on a terminal's stderr (nothing when it is not one)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        sys.stderr.write(f"\r{done}/{total} {what}")
+        sys.stderr.flush()
+
+    return show
 
 
 @command(
@@ -241,9 +327,31 @@ def daemon(
         str | None,
         typer.Option(help="Claude Code's projects dir (default ~/.claude/projects)."),
     ] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--max-usd",
+            help="A spend cap (USD) on every campaign; a campaign's own lower cap wins.",
+        ),
+    ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(help="Where cells run: local (this machine) or ray (a Ray cluster's nodes)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster to join (default: $RAY_ADDRESS, else the local one)."),
+    ] = None,
+    ray_heartbeat_s: Annotated[
+        float,
+        typer.Option(help="Seconds a Ray node may go unheard before its run is lost."),
+    ] = 30.0,
 ) -> None:
+    if max_usd is not None and not (math.isfinite(max_usd) and max_usd > 0):
+        fail(f"--max-usd {max_usd} must be a finite number of USD > 0")
     services.setup_logging()
     options = services.DaemonOptions(
+        max_usd=max_usd,
         max_parallel=max_parallel,
         until_idle=until_idle,
         hang_after_s=hang_after,
@@ -253,8 +361,17 @@ def daemon(
         retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,
         claude_projects_dir=claude_projects_dir,
+        # A live line on a terminal; plain log lines otherwise.
+        progress=sys.stderr.isatty(),
     )
-    raise typer.Exit(run(services.run_daemon(_ctx.home, options)))
+    served = services.serve_daemon(
+        _ctx.home,
+        options,
+        executor=executor,
+        ray_address=ray_address,
+        ray_heartbeat_s=ray_heartbeat_s,
+    )
+    raise typer.Exit(run(served))
 
 
 @command(
@@ -270,15 +387,44 @@ def abort(
 
 
 @command(
-    "Open a new attempt of a finished or failed cell; earlier attempts are kept.",
+    "A new attempt of a failed or finished cell, or of a campaign's (--where).",
     "arenad retry demo:bug-1:SOLO:0",
 )
 def retry(
-    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator retry",
+    campaign: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Retry every cell of this campaign that --where picks."),
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(metavar="|".join(services.RETRY_WHERE), help="Which cells (with --campaign)."),
+    ] = None,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="No cell matching is not an error.")
+    ] = False,
 ) -> None:
-    state = run(services.retry_cell(_ctx.home, cell, reason))
-    typer.echo(f"{cell}: attempt {state.attempt} submitted")
+    if campaign is None and where is None:
+        if cell is None:
+            fail("give a cell id, or --campaign NAME --where " + "|".join(services.RETRY_WHERE))
+        assert cell is not None
+        state = run(services.retry_cell(_ctx.home, cell, reason))
+        typer.echo(f"{cell}: attempt {state.attempt} submitted")
+        return
+    if cell is not None or campaign is None or where is None:
+        fail("retry takes a cell id, or --campaign NAME with --where (not both)")
+    assert campaign is not None and where is not None
+    retried = run(
+        services.retry_campaign(
+            _ctx.home,
+            campaign,
+            where,  # type: ignore[arg-type]  # checked against RETRY_WHERE by the service
+            reason,
+            allow_empty=allow_empty,
+        )
+    )
+    typer.echo(f"campaign {campaign}: {len(retried)} cell(s) retried (--where {where})")
 
 
 @command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
@@ -308,15 +454,21 @@ def demo(
         str | None, typer.Option(help="The opencode binary (default: the pinned install).")
     ] = None,
     reps: Annotated[int, typer.Option(min=1, help="Reps per instance.")] = 2,
+    executor: Annotated[
+        str,
+        typer.Option(help="local, or ray: a Ray cluster of this machine, started for the demo."),
+    ] = "local",
 ) -> None:
     services.setup_logging()
-    result = run(services.run_demo(_ctx.home, opencode, reps))
+    result = run(services.run_demo(_ctx.home, opencode, reps, executor))
     summary = run(services.status(_ctx.home, result.campaign))
     typer.echo(status_table(summary["count_list"], summary["cells"]))
     typer.echo(f"\ncampaign file: {result.campaign_file}")
     typer.echo(f"demo repo:     {result.repo}")
     typer.echo(f"artifacts:     {result.artifacts}")
     typer.echo(f"audit trail:   arenad --home {_ctx.home.root} history <cell>")
+    typer.echo(f"the arms compared: arenad --home {_ctx.home.root} report")
+    typer.echo(f"all of it, in a browser: arenad --home {_ctx.home.root} view")
 
 
 @command(
@@ -347,8 +499,14 @@ def project_ledger(
         list[str] | None, typer.Option("--cell", help="Only these cells (repeatable).")
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="The ledger's run_id.")] = None,
+    campaign: Annotated[
+        str | None,
+        typer.Option(
+            "--campaign", help="Only this campaign's cells (no other campaign's events read)."
+        ),
+    ] = None,
 ) -> None:
-    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id))
+    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id, campaign))
     typer.echo(services.stats_json(stats))
 
 
@@ -374,6 +532,31 @@ def report(
         typer.echo(services.report_json(result).decode())
     else:
         services.print_report(result)
+
+
+@command(
+    "Serve a read-only web UI over the log: campaigns live, the report, cells.",
+    "arenad view --port 8686",
+)
+def view(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; not loopback: --token is required.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = any free).")] = 8686,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ARENAD_VIEW_TOKEN",
+            help="Every request must carry it (?token= once, or Authorization: Bearer)."
+            " Prefer the environment variable: an argument shows in ps.",
+        ),
+    ] = None,
+) -> None:
+    def ready(url: str) -> None:
+        typer.echo(f"arenad view: serving {url} (read-only; Ctrl-C stops)", err=True)
+
+    services.setup_logging()
+    run(services.serve_view(_ctx.home, host, port, token, ready))
 
 
 @command(

@@ -8,9 +8,11 @@
     │   ├── ConcurrencyError     a stream moved past the expected version (a lost race)
     │   ├── MigrationError       a migration changed after it was applied, or failed
     │   ├── LeaseError           another daemon holds this home
-    │   └── StoreUnwritable      disk full or read-only store: the daemon stops cleanly
+    │   ├── StoreUnwritable      disk full or read-only store: the daemon stops cleanly
+    │   └── LogTampered          the chain fails its check before an append: nothing written
     ├── IllegalTransition        an event the cell state machine does not allow here
     ├── CellMovedOn              another writer moved the cell on (a runner stops)
+    ├── ExecutorMismatch         a cell is pinned to another executor than the running one
     ├── DaemonFatal              the daemon cannot go on; it stopped, agents keep running
     ├── MaterializeError         a workspace could not be made (.stage names the step)
     ├── SandboxError             a cell's sandbox cannot be made (no bwrap, agent hidden)
@@ -68,6 +70,20 @@ class LeaseError(StoreError):
 
 class StoreUnwritable(StoreError):
     pass
+
+
+class LogTampered(StoreError):
+    """The log fails its hash-chain check: appending on top of it would build on rows that
+    were edited, deleted or inserted behind the log's back."""
+
+    def __init__(self, path: object, first_bad_seq: int | None, problem: str) -> None:
+        at = f" at row {first_bad_seq}" if first_bad_seq is not None else ""
+        super().__init__(
+            f"refusing to write to {path}: the log fails verification{at}: {problem}."
+            " Nothing was written; `arenad verify-log` checks the whole chain"
+        )
+        self.first_bad_seq = first_bad_seq
+        self.problem = problem
 
 
 class IllegalTransition(ArenadError):

@@ -3,12 +3,13 @@
     .venv/bin/python -m bench.daemon [--cells 1000] [--max-parallel 16]
 
 Each cell: git materialize (a copy of the prepared checkout of its source and base; every
-cell shares one, made once by a clone + work branch) -> run `true` through the detached run
-wrapper -> patch (git add -A + diff) -> verify (`true`) -> recover (store absent: a recorded
-gap), every transition appended to the SQLite log. The baseline, measured in the same run,
-does the same real work (the same materializer, `true` in its own process group, patch,
-verify) with a plain asyncio script and no log, so the ratio is the daemon's cost (its
-log, and the run wrapper that lets an agent outlive it) over the work itself.
+cell shares one, made once by a clone + work branch; the copy sealed) -> run `true` through
+the detached run wrapper -> patch (the seal checked, git add -A + diff) -> verify (`true`)
+-> recover (store absent: a recorded gap), every transition appended to the SQLite log. The
+baseline, measured in the same run, does the same real work (the same materializer, `true`
+in its own process group, patch, verify) with a plain asyncio script and no log, so the
+ratio is the daemon's cost (its log, and the run wrapper that lets an agent outlive it) over
+the work itself.
 
 Prints cells/s, daemon overhead per cell (ms), p50/p95 per-step latency (deltas of the cell
 events' recorded_at_ms) and the daemon/baseline wall ratio.
@@ -17,6 +18,11 @@ The daemon runs twice, the same campaign with ``[sandbox] kind = "none"`` and wi
 default ``"bwrap"`` (the agent run and verify each in a bubblewrap sandbox), and prints the
 sandbox's per-cell cost and the bwrap/none wall ratio. The per-step figures are the bwrap
 run's (the default configuration).
+
+``--spend-lines N`` makes each cell print N opencode ``step_finish`` lines (each costing
+$0.001) and runs the daemon a second time with a spend cap on every campaign
+(``--max-usd``, never reached): the capped/uncapped wall ratio is what folding live spend
+from every ingested batch, and checking the cap before each start, costs.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import logging
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -39,7 +47,7 @@ from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
-from arenad.verdict.patch import extract_patch
+from arenad.verdict.patch import extract_checked
 from arenad.verdict.verify import run_verify
 from events import streams
 from events.base import Recorded
@@ -66,8 +74,17 @@ def make_repo(path: Path) -> str:
     return out.stdout.strip()
 
 
+STEP_LINE = '{"type":"step_finish","part":{"type":"step-finish","cost":0.001}}'
+
+
 def write_campaign(
-    path: Path, repo: Path, base: str, cells: int, parallel: int, sandbox: str
+    path: Path,
+    repo: Path,
+    base: str,
+    cells: int,
+    parallel: int,
+    spend_lines: int = 0,
+    sandbox: str = "bwrap",
 ) -> None:
     lines = [
         'name = "bench"',
@@ -87,11 +104,16 @@ def write_campaign(
             'problem_statement = "nothing"',
             'verify_cmd = "true"',
         ]
+    # Braces doubled: argv is a str.format template ({ws} ...).
+    line = shlex.quote(STEP_LINE).replace("{", "{{").replace("}", "}}")
+    script = f"for i in $(seq {spend_lines}); do echo {line}; done"
+    # A JSON array of strings is a TOML array of basic strings.
+    argv = json.dumps(["bash", "-c", script] if spend_lines else ["true"])
     lines += [
         "[[arms]]",
         'name = "NOOP"',
         'kind = "command"',
-        'argv = ["true"]',
+        f"argv = {argv}",
         "uses_model = false",
         "timeout_s = 60",
     ]
@@ -107,12 +129,12 @@ async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int)
             run_dir = root / f"c{i:05d}"
             run_dir.mkdir(parents=True)
             ws = run_dir / "ws"
-            await templates.materialize(str(repo), base, ws)
+            made = await templates.materialize(str(repo), base, ws, git_root=root / f"g{i:05d}")
             p = await asyncio.create_subprocess_exec(
                 "true", cwd=ws, stdin=subprocess.DEVNULL, start_new_session=True
             )
             await p.wait()
-            await extract_patch(ws, base, [], run_dir / "p.patch")
+            await extract_checked(ws, base, [], run_dir / "p.patch", made.seal)
             await run_verify("true", ws, run_dir / "verify.log")
 
     t0 = time.perf_counter()
@@ -121,15 +143,24 @@ async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int)
 
 
 async def daemon_run(
-    root: Path, repo: Path, base: str, cells: int, parallel: int, sandbox: str
+    root: Path,
+    repo: Path,
+    base: str,
+    cells: int,
+    parallel: int,
+    *,
+    spend_lines: int = 0,
+    max_usd: float | None = None,
+    sandbox: str = "bwrap",
 ) -> tuple[float, list[Recorded]]:
     home = Home(root / f"home-{sandbox}")
     await init_home(home)
     camp = root / f"bench-{sandbox}.toml"
-    write_campaign(camp, repo, base, cells, parallel, sandbox)
+    write_campaign(camp, repo, base, cells, parallel, spend_lines, sandbox)
     await submit_campaign(home, camp)
     t0 = time.perf_counter()
-    await run_daemon(home, DaemonOptions(max_parallel=parallel, until_idle=True), dict(os.environ))
+    options = DaemonOptions(max_parallel=parallel, until_idle=True, max_usd=max_usd)
+    await run_daemon(home, options, dict(os.environ))
     wall = time.perf_counter() - t0
     recorded: list[Recorded] = []
     async with open_store(home) as store:
@@ -149,6 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=1000)
     parser.add_argument("--max-parallel", type=int, default=16)
+    parser.add_argument("--spend-lines", type=int, default=0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     root = Path(tempfile.mkdtemp(prefix="arenad-bench-"))
@@ -159,11 +191,36 @@ def main() -> None:
             baseline(root / "baseline", repo, base, args.cells, args.max_parallel)
         )
         plain_wall, _ = asyncio.run(
-            daemon_run(root, repo, base, args.cells, args.max_parallel, "none")
+            daemon_run(
+                root,
+                repo,
+                base,
+                args.cells,
+                args.max_parallel,
+                spend_lines=args.spend_lines,
+                sandbox="none",
+            )
         )
         wall, recorded = asyncio.run(
-            daemon_run(root, repo, base, args.cells, args.max_parallel, "bwrap")
+            daemon_run(
+                root, repo, base, args.cells, args.max_parallel, spend_lines=args.spend_lines
+            )
         )
+        capped_wall = None
+        if args.spend_lines:
+            capped_wall, capped = asyncio.run(
+                daemon_run(
+                    root / "capped",
+                    repo,
+                    base,
+                    args.cells,
+                    args.max_parallel,
+                    spend_lines=args.spend_lines,
+                    max_usd=1e9,
+                )
+            )
+            lines = sum(1 for r in capped if r.tag == "ingest.line")
+            assert lines == args.cells * args.spend_lines, lines
         by_cell: dict[str, list[Recorded]] = defaultdict(list)
         for r in recorded:
             if streams.is_cell_stream(r.stream):
@@ -185,6 +242,12 @@ def main() -> None:
             f"ratio daemon/baseline wall: {wall / base_wall:.2f}"
             f" (sandbox none: {plain_wall / base_wall:.2f})"
         )
+        if capped_wall is not None:
+            print(
+                f"capped:   {capped_wall:8.2f} s  {n / capped_wall:8.1f} cells/s"
+                f"  ({args.spend_lines} step_finish lines per cell, --max-usd on)"
+            )
+            print(f"ratio capped/uncapped wall: {capped_wall / wall:.2f}")
         print(f"daemon overhead per cell: {(wall - base_wall) / n * 1000:.2f} ms (wall, amortised)")
         print(
             f"sandbox cost per cell: {(wall - plain_wall) / n * 1000:.2f} ms"

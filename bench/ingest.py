@@ -50,6 +50,7 @@ from pathlib import Path
 import msgspec
 
 from arenad.app import init_home
+from arenad.arms.supervisor import supervisor_selection
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.home import Home, open_store
 from arenad.ingest import (
@@ -57,7 +58,6 @@ from arenad.ingest import (
     WatchSource,
     line_end,
     parse_lines,
-    supervisor_selection,
 )
 from arenad.ingest.watcher import DEFAULT_MAX_BATCH_EVENTS
 from arenad.store.sqlite import SqliteEventStore

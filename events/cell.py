@@ -8,6 +8,7 @@ from typing import Literal
 import msgspec
 
 from events.base import Event
+from events.ingest import Encoding
 from events.specs import CellSpec
 
 Classification = Literal["infrastructure", "agent", "operator"]
@@ -27,6 +28,13 @@ class CellMaterialized(Event, tag="cell.materialized", frozen=True, kw_only=True
     clean: bool
     materializer: str
     detail: str = ""
+    # The workspace's seal (arenad.materialize.seal), all None for a workspace made before
+    # seals existed: the daemon-owned git root (outside the run dir), the base commit's
+    # tree, and the (device:inode:generation) of ws and ws/.git as the daemon made them.
+    git_root: str | None = None
+    base_tree: str | None = None
+    ws_identity: str | None = None
+    dotgit_identity: str | None = None
 
 
 class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +92,8 @@ class RunOutputCapped(Event, tag="run.output-capped", frozen=True, kw_only=True)
     path: str
     cap_bytes: int
     cause: str = "cap"
+    # The bytes the file kept (None: unknown, in events written before this was recorded).
+    kept_bytes: int | None = None
 
 
 class RunCompleted(Event, tag="run.completed", frozen=True, kw_only=True):
@@ -116,6 +126,13 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     verify_rc: int | None = None
     verify_pass: bool | None = None
     verify_log: str | None = None
+    # What the agent changed that it had no business changing (its ws/.git replaced, the
+    # base rewritten): then the result is not scored. [] = checked, nothing found;
+    # None = not checked (the workspace had no seal).
+    tampered: list[str] | None = None
+    # Nested repositories the agent left (gitlinks, new or moved): their files are in no
+    # patch, a labelled gap. None = unknown.
+    nested_repos: list[str] | None = None
 
 
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):
@@ -227,3 +244,41 @@ class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", frozen=True, kw_only
     resolved: bool | None
     score: float | None
     source: Literal["command", "operator"] = "operator"
+    # How many times the judge ran for this verdict and how long it took (the reference's
+    # judgeAttempts / judgeWallS); None: not recorded.
+    attempts: int | None = None
+    wall_s: float | None = None
+
+
+class TextExcerpt(msgspec.Struct, frozen=True, kw_only=True):
+    """A bounded piece of a file a cell produced, kept in the log so that what the agent
+    left is still there after its run dir is deleted.
+
+    ``text`` holds ``kept_bytes`` bytes of the file: all of it (``cut="none"``), its first
+    bytes (``"head"``) or its last (``"tail"``), cut at a UTF-8 character boundary; base64
+    when they are not UTF-8. ``size`` and ``sha256`` are the whole file's, so a copy of it
+    can be checked against the log.
+    """
+
+    text: str
+    encoding: Encoding = "utf-8"
+    kept_bytes: int
+    size: int
+    sha256: str
+    cut: Literal["none", "head", "tail"] = "none"
+
+
+class PatchCaptured(Event, tag="cell.patch-captured", frozen=True, kw_only=True):
+    """The attempt's patch (its CellVerified's ``patch_path``), bounded from its head;
+    written with the CellVerified, in one transaction."""
+
+    attempt: int
+    patch: TextExcerpt
+
+
+class VerifyLogCaptured(Event, tag="cell.verify-log-captured", frozen=True, kw_only=True):
+    """The end of the attempt's verify log (its CellVerified's ``verify_log``), bounded
+    from its tail, where a failing check says why; written with the CellVerified."""
+
+    attempt: int
+    log: TextExcerpt

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+import msgspec
+
 from events.base import Event
+
+
+class InstanceSelection(msgspec.Struct, frozen=True, kw_only=True):
+    """Which rows of the campaign's instances a submission ran (the keys as given, applied
+    in this order), and how many rows there were and were kept."""
+
+    instance_ids: list[str] | None = None
+    instance_filter: str | None = None
+    limit: int | None = None
+    rows: int = 0
+    selected: int = 0
 
 
 class CampaignSubmitted(Event, tag="campaign.submitted", frozen=True, kw_only=True):
@@ -11,6 +26,34 @@ class CampaignSubmitted(Event, tag="campaign.submitted", frozen=True, kw_only=Tr
     spec_sha256: str
     cell_ids: list[str]
     max_parallel: int | None = None
+    # The campaign's spend cap ([budget]); None: none. The first submission's cap is the
+    # campaign's until a BudgetSet changes it.
+    budget_usd: float | None = None
+    abort_running: bool = False
+    selection: InstanceSelection | None = None
+    # Arm name -> kind ("solo", "supervisor", "command"): whether an arm can report cost.
+    arm_kinds: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class BudgetSet(Event, tag="campaign.budget-set", frozen=True, kw_only=True):
+    """An operator changed the campaign's spend cap (``arenad set-budget``)."""
+
+    max_usd: float
+    abort_running: bool | None = None  # None: as it was
+
+
+class BudgetReached(Event, tag="campaign.budget-reached", frozen=True, kw_only=True):
+    """The campaign's spend reached its cap: the daemon starts no new cell of it (and, with
+    ``action = "abort"``, aborted the running ones). Recorded once per cap."""
+
+    max_usd: float
+    spent_usd: float
+    # Attempts whose cost is unknown (a command arm, ...): the spend is at least this much.
+    unknown_attempts: int = 0
+    running: int = 0
+    # Whose cap it was: the campaign's own, or the daemon's --max-usd.
+    source: Literal["campaign", "daemon"] = "campaign"
+    action: Literal["hold", "abort"] = "hold"
 
 
 class DaemonStarted(Event, tag="daemon.started", frozen=True, kw_only=True):
@@ -18,6 +61,8 @@ class DaemonStarted(Event, tag="daemon.started", frozen=True, kw_only=True):
     hostname: str
     max_parallel: int
     version: str
+    # --max-usd: a spend cap on every campaign this daemon runs.
+    max_usd: float | None = None
 
 
 class DaemonStopped(Event, tag="daemon.stopped", frozen=True, kw_only=True):

@@ -35,10 +35,31 @@ class LineMalformed(Event, tag="ingest.malformed", frozen=True, kw_only=True):
     path: str
     offset: int
     length: int
+    # The raw line: base64 when it is not valid UTF-8, or holds control characters (JSON
+    # would escape each one to six bytes: a line of NULs would grow sixfold in the log).
     raw: str
     encoding: Encoding = "utf-8"
     error: str
     partial: bool = False
+
+
+class LineOversized(Event, tag="ingest.oversized", frozen=True, kw_only=True):
+    """A line longer than the ingester's limit (``limit_bytes``; 1 MiB by default): the
+    file keeps it whole, the log its full length, its sha256 and its first bytes."""
+
+    source: str
+    path: str
+    offset: int
+    # The whole line's byte count, without its newline.
+    length: int
+    # sha256 (hex) of the whole line's bytes, without its newline.
+    sha256: str
+    # The line's first bytes (as for LineMalformed.raw: text, else base64).
+    head: str
+    encoding: Encoding = "utf-8"
+    limit_bytes: int
+    partial: bool = False
+    observed_at_ms: int | None = None
 
 
 class FileTruncated(Event, tag="ingest.truncated", frozen=True, kw_only=True):

@@ -146,6 +146,24 @@ class JudgeSpec(Spec, frozen=True, kw_only=True):
     timeout_s: float = 600.0
 
 
+class CandidateSpec(Spec, frozen=True, kw_only=True):
+    """Which improvement-loop candidate a campaign evaluates (the rollout ledger's
+    ``candidate_id`` / ``generation`` / ``candidate_index``); -1/-1 is the baseline."""
+
+    id: str
+    generation: int
+    index: int
+
+
+class ExecutorSpec(Spec, frozen=True, kw_only=True):
+    """Where a cell runs: ``local`` (the daemon's machine) or ``ray`` (a node of the
+    daemon's Ray cluster that offers ``resources``, e.g. ``{"arenad_slot": 1}``, which the
+    cell holds while it lives there)."""
+
+    kind: Literal["local", "ray"] = "local"
+    resources: dict[str, float] = {}
+
+
 class CellSpec(Spec, frozen=True, kw_only=True):
     campaign: str
     suite: str = "swe-bench-verified"
@@ -161,6 +179,11 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     judge: JudgeSpec | None = None
     experiment_id: str | None = None
+    # The campaign's [candidate] keys; None: the ledger falls back to the campaign name
+    # (``baseline`` or ``gen<G>-cand<C>``).
+    candidate: CandidateSpec | None = None
+    # None: wherever the daemon's executor runs cells (the campaign had no [executor]).
+    executor: ExecutorSpec | None = None
     # A spec recorded before sandboxes decodes as the default: sandboxed.
     sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
 

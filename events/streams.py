@@ -3,7 +3,7 @@
     cell/<cell_id>                      a cell's lifecycle (events.cell)
     ingest/<cell_id>/<attempt>          lines ingested live from one attempt's run (events.ingest)
     capture/<cell_id>/<attempt>         the agent's own store, captured (events.capture)
-    campaign/<name>                     a campaign's submissions (events.control)
+    campaign/<name>                     a campaign's submissions and spend cap (events.control)
     control                             operator settings a daemon follows (max-parallel)
     daemon                              daemons starting and stopping
     proposer/shot/<path>                a proposer shot receipt

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("arenad", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("arenad")
 
-pytest_plugins = ["tests.opencode_support"]
+pytest_plugins = ["tests.opencode_support", "tests.ray_support"]
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "arenad tests",
@@ -56,3 +58,30 @@ def make_repo(
 @pytest.fixture
 def home_dir(tmp_path: Path) -> Path:
     return tmp_path / "home"
+
+
+class DemoRun:
+    """A finished `arenad demo` (real opencode, scripted model): its home and output."""
+
+    def __init__(self, home: Path, stdout: str) -> None:
+        self.home = home
+        self.stdout = stdout
+
+    def copy(self, dest: Path) -> Path:
+        """The demo's home copied to ``dest``, for a test that changes it. Its events
+        still name the original run dirs (nothing that reads the log reads those)."""
+        shutil.copytree(self.home, dest, symlinks=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    # One demo per test process: it takes half a minute on a quiet machine (four real
+    # opencode runs), and several slow tests read what it left (report, ledger, view).
+    home = tmp_path_factory.mktemp("demo") / "h"
+    exe = str(Path(sys.executable).parent / "arenad")
+    done = subprocess.run(
+        [exe, "--home", str(home), "demo"], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    return DemoRun(home, done.stdout)

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 import cli
 from arenad.home import Home, open_store
 from arenad.store.migrations import apply_migrations, load_migrations
+from tests.fullfs import fill, free, small_fs
 from tests.store.helpers import REPO, add_cells, arenad_argv, count_rows, run_arenad
 
 MIGRATION_FILES = sorted((REPO / "migrations").glob("*.sql"))
@@ -155,7 +156,7 @@ def test_status_on_an_empty_home(tmp_path: Path) -> None:
     as_json = run_arenad(home, "status", "--json")
     assert (as_json.returncode, as_json.stdout, as_json.stderr) == (
         0,
-        '{"counts":{},"cells":[]}\n',
+        '{"counts":{},"cells":[],"campaigns":[]}\n',
         "",
     )
 
@@ -196,6 +197,54 @@ def test_a_user_error_is_one_line_on_stderr_and_exit_2(
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and done.stderr.endswith("\n"), done.stderr
     assert lines[0].startswith(message.format(home=home, db=home / "arenad.db")), lines[0]
+
+
+# -- exit codes: 0 ok, 1 runtime failure, 2 user error, 86 injected crash -----------------
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_an_unknown_fault_tag_is_a_user_error_and_writes_nothing(tmp_path: Path) -> None:
+    # Issue 14, finding 10: a tag no event has was accepted, and the fault never fired.
+    home = tmp_path / "home"
+    assert run_arenad(home, "init").returncode == 0
+    done = run_arenad(
+        home, "daemon", "--until-idle", env={"ARENAD_FAULT": "crash-after:run.startd"}
+    )
+    assert done.returncode == 2
+    line = _one_line(done)
+    assert "ARENAD_FAULT" in line and "'run.startd'" in line, line
+    assert count_rows(home / "arenad.db") == 0
+
+
+def test_a_store_full_at_start_is_a_runtime_failure_not_a_user_error(tmp_path: Path) -> None:
+    # Issue 14, finding 10: a store full at start exited 2 (the user-error code), while one
+    # that fills during a run exits 1. On a real full filesystem both are runtime failures.
+    with small_fs(tmp_path / "fs") as fs:
+        home = fs / "home"
+        assert run_arenad(home, "init").returncode == 0
+        fill(fs)
+        try:
+            done = run_arenad(home, "daemon", "--until-idle")
+            retried = run_arenad(home, "set-max-parallel", "3")
+        finally:
+            free(fs)
+    assert done.returncode == 1, done.stderr
+    assert "cannot be written" in _one_line(done) or "event store" in _one_line(done)
+    assert retried.returncode == 1, retried.stderr
+    _one_line(retried)
+
+
+def test_a_home_the_machine_refuses_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    # An OSError (here: no directory can be made under /proc) was a traceback.
+    done = run_arenad(Path("/proc/arenad-test-home"), "init")
+    assert done.returncode == 1
+    assert _one_line(done).startswith("arenad: /proc/arenad-test-home: ")
 
 
 # -- a closed pipe (`arenad events --json | head -1`) ---------------------------------------

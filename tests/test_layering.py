@@ -347,3 +347,37 @@ def test_the_report_is_pure_outside_its_io_edge(module: str) -> None:
         str(imp) for imp in ALL_IMPORTS if imp.module == module and within(imp.target, IMPURE)
     ]
     assert impure == []
+
+
+# The campaign folds: spend and its cap are projections of the log like the ledger's; their
+# I/O half (reading the events they need) is arenad.readmodels.campaigns.
+CAMPAIGN_FOLDS = ("arenad.budget.spend", "arenad.budget.cap")
+
+
+def test_the_spend_and_budget_folds_are_pure() -> None:
+    assert_governs_something(CAMPAIGN_FOLDS)
+    assert violations(CAMPAIGN_FOLDS, IMPURE) == []
+
+
+# The view too: a pure fold of a cell's streams, its diff lines and its pages (no file,
+# store or clock) behind two I/O edges: the app (server.py: store reads, the follower)
+# and the bind (service.py). The live progress fold and the run-cost rule are pure.
+VIEW_IO_EDGES = ("arenad.view.server", "arenad.view.service")
+VIEW_MODULES = [m for m in ALL_MODULES if within(m, ("arenad.view",))]
+LIVE_FOLDS = ("arenad.readmodels.progress", "arenad.cell.spend")
+
+
+def test_the_view_has_its_io_edges_and_pure_modules() -> None:
+    assert set(VIEW_IO_EDGES) <= set(VIEW_MODULES)
+    assert {"arenad.view.cell", "arenad.view.diff", "arenad.view.pages"} <= set(VIEW_MODULES)
+    assert set(LIVE_FOLDS) <= set(ALL_MODULES)
+
+
+@pytest.mark.parametrize(
+    "module", [*(m for m in VIEW_MODULES if m not in VIEW_IO_EDGES), *LIVE_FOLDS]
+)
+def test_the_view_and_the_live_folds_are_pure(module: str) -> None:
+    impure = [
+        str(imp) for imp in ALL_IMPORTS if imp.module == module and within(imp.target, IMPURE)
+    ]
+    assert impure == []

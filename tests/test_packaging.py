@@ -55,6 +55,9 @@ def test_the_wheel_ships_events_cli_and_the_migrations(wheel: Path) -> None:
     assert migrations, "the checkout has no migrations"
     shipped = {n.removeprefix("arenad/migrations/") for n in names if "/migrations/" in n}
     assert shipped == migrations
+    # The view's templates and static files, which are not Python modules.
+    view = [p for d in ("templates", "static") for p in (REPO / "arenad/view" / d).iterdir()]
+    assert view and {p.relative_to(REPO).as_posix() for p in view} <= names
     # Only the three roots: no top-level migrations/, tests/ or bench/ in site-packages.
     roots = {n.split("/")[0] for n in names if not n.startswith("arenad-")}
     assert roots == {"arenad", "events", "cli.py"}

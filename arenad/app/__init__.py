@@ -12,14 +12,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from arenad.app.campaigns import campaigns, set_budget
     from arenad.app.control import (
+        RETRY_WHERE,
         abort_cell,
         pause_cell,
         resume_cell,
+        retry_campaign,
         retry_cell,
         set_max_parallel,
     )
     from arenad.app.demo import run_demo
+    from arenad.app.executors import serve_daemon
     from arenad.app.log import (
         events,
         history,
@@ -31,7 +35,13 @@ if TYPE_CHECKING:
         verify_log,
     )
     from arenad.app.submit import submit_campaign
-    from arenad.app.views import history_lines, recorded_to_json, status_table
+    from arenad.app.views import (
+        campaigns_table,
+        history_lines,
+        recorded_to_json,
+        status_table,
+        submit_lines,
+    )
     from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
     from arenad.errors import ArenadError, StoreError, UserError
@@ -44,13 +54,24 @@ if TYPE_CHECKING:
     from arenad.report.service import print_terminal as print_report
     from arenad.report.service import report
     from arenad.scripted_model.server import serve as serve_scripted_model
+    from arenad.view.service import serve_view
 
 # name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
     **{
         name: ("arenad.app.control", name)
-        for name in ("abort_cell", "pause_cell", "resume_cell", "retry_cell", "set_max_parallel")
+        for name in (
+            "RETRY_WHERE",
+            "abort_cell",
+            "pause_cell",
+            "resume_cell",
+            "retry_campaign",
+            "retry_campaign",
+            "retry_cell",
+            "set_max_parallel",
+        )
     },
+    **{name: ("arenad.app.campaigns", name) for name in ("campaigns", "set_budget")},
     **{
         name: ("arenad.app.log", name)
         for name in (
@@ -66,12 +87,19 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     },
     **{
         name: ("arenad.app.views", name)
-        for name in ("history_lines", "recorded_to_json", "status_table")
+        for name in (
+            "campaigns_table",
+            "history_lines",
+            "recorded_to_json",
+            "status_table",
+            "submit_lines",
+        )
     },
     **{name: ("arenad.errors", name) for name in ("ArenadError", "StoreError", "UserError")},
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
     **{name: ("arenad.ledger.service", name) for name in ("project_ledger", "record_verdict")},
     "run_demo": ("arenad.app.demo", "run_demo"),
+    "serve_daemon": ("arenad.app.executors", "serve_daemon"),
     "submit_campaign": ("arenad.app.submit", "submit_campaign"),
     "RetryPolicy": ("arenad.cell.retry", "RetryPolicy"),
     "DaemonOptions": ("arenad.daemon.daemon", "DaemonOptions"),
@@ -83,9 +111,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "print_report": ("arenad.report.service", "print_terminal"),
     "report_json": ("arenad.report.render", "json_bytes"),
     "serve_scripted_model": ("arenad.scripted_model.server", "serve"),
+    "serve_view": ("arenad.view.service", "serve_view"),
 }
 
 __all__ = [
+    "RETRY_WHERE",
     "ArenadError",
     "DaemonOptions",
     "Home",
@@ -93,6 +123,8 @@ __all__ = [
     "StoreError",
     "UserError",
     "abort_cell",
+    "campaigns",
+    "campaigns_table",
     "capture_proposer_shots",
     "events",
     "history",
@@ -110,16 +142,21 @@ __all__ = [
     "report_json",
     "resolve_home",
     "resume_cell",
+    "retry_campaign",
     "retry_cell",
     "run_daemon",
     "run_demo",
+    "serve_daemon",
     "serve_scripted_model",
+    "serve_view",
+    "set_budget",
     "set_max_parallel",
     "setup_logging",
     "stats_json",
     "status",
     "status_table",
     "submit_campaign",
+    "submit_lines",
     "verify_log",
 ]
 

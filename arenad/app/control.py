@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
-from arenad.cell.machine import CellState
+from arenad.cell.machine import CellState, CellStatus
 from arenad.cell.writer import CellMovedOn, CellWriter
-from arenad.errors import UserError
+from arenad.errors import ConcurrencyError, IllegalTransition, UserError
 from arenad.home import Home, open_store
+from arenad.readmodels.view import cells_view
+from arenad.store.base import AppendRequest
 from events import cell as ev
 from events import streams
 from events.base import Event
 from events.control import MaxParallelChanged
+
+RetryWhere = Literal["failed", "infra", "timedOut", "unscored"]
+RETRY_WHERE: tuple[str, ...] = get_args(RetryWhere)
 
 
 async def _append(
@@ -54,6 +60,77 @@ async def retry_cell(home: Home, cell_id: str, reason: str) -> CellState:
     return await _append(home, cell_id, decide)
 
 
+def retry_matches(state: CellState, where: RetryWhere) -> bool:
+    """Whether a cell is one ``retry --where`` selects: a finished or failed cell (only those
+    can be retried) whose current attempt failed (``failed``), failed for an infrastructure
+    reason (``infra``), ran out of time (``timedOut``, whatever came after), or was recovered
+    without a result that counts (``unscored``)."""
+    if not state.terminal:
+        return False
+    failed = state.status == CellStatus.FAILED
+    match where:
+        case "failed":
+            return failed
+        case "infra":
+            return (
+                failed
+                and state.failed is not None
+                and (state.failed.classification == "infrastructure")
+            )
+        case "timedOut":
+            if state.run_end is not None:
+                return state.run_end == CellStatus.TIMED_OUT
+            # Folded before run_end was kept: the verdict says why it did not count.
+            reason = state.verified.not_scored_reason if state.verified is not None else None
+            return reason is not None and reason.startswith("timed out")
+        case "unscored":
+            return (
+                state.status == CellStatus.RECOVERED
+                and state.verified is not None
+                and not state.verified.scored
+            )
+
+
+async def retry_campaign(
+    home: Home, campaign: str, where: RetryWhere, reason: str, *, allow_empty: bool = False
+) -> list[str]:
+    """A new attempt of every cell of ``campaign`` that ``where`` selects, in one
+    transaction (all of them or none); the ids retried. Nothing matching is a user error
+    unless ``allow_empty``."""
+    if where not in RETRY_WHERE:
+        raise UserError(f"--where must be one of {', '.join(RETRY_WHERE)}, not {where!r}")
+    async with open_store(home) as store:
+        cells = cells_view(store)
+        ids = [str(row["cell_id"]) for row in await cells.rows(campaign)]
+        if not ids:
+            raise UserError(f"no campaign {campaign!r} in {home.db_path} (see `arenad campaigns`)")
+        requests: list[AppendRequest] = []
+        for i in range(0, len(ids), 500):
+            states = await cells.states(ids[i : i + 500])
+            for cell_id in ids[i : i + 500]:
+                state = states.get(cell_id)
+                if state is None or not retry_matches(state, where):
+                    continue
+                retried = ev.CellRetried(
+                    attempt=state.attempt + 1, reason=reason, requested_by="operator"
+                )
+                requests.append(
+                    AppendRequest(streams.cell_stream(cell_id), state.version, [retried])
+                )
+        if not requests:
+            if allow_empty:
+                return []
+            raise UserError(
+                f"no cell of campaign {campaign!r} matches --where {where}; nothing to retry"
+                " (--allow-empty makes that not an error)"
+            )
+        try:
+            await store.append_many(requests)
+        except (ConcurrencyError, IllegalTransition) as exc:
+            raise UserError(f"{campaign}: a cell moved on meanwhile ({exc}); try again") from None
+    return [streams.cell_of(r.stream) for r in requests]
+
+
 async def pause_cell(home: Home, cell_id: str) -> CellState:
     def decide(state: CellState) -> list[Event]:
         if state.paused:
@@ -80,9 +157,12 @@ async def set_max_parallel(home: Home, value: int) -> None:
 
 
 __all__ = [
+    "RETRY_WHERE",
     "abort_cell",
     "pause_cell",
     "resume_cell",
+    "retry_campaign",
     "retry_cell",
+    "retry_matches",
     "set_max_parallel",
 ]

@@ -8,6 +8,7 @@ real opencode CLI, and prints the status table and where the artifacts are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from arenad.app.executors import cell_base_env, executor_factory
 from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.errors import UserError
@@ -44,6 +46,16 @@ BUGS = {
         "from mul import mul",
     ),
 }
+
+
+def _cluster_for(executor: str, home: Home) -> contextlib.AbstractContextManager[object]:
+    if executor != "ray":
+        return contextlib.nullcontext()
+    from arenad.runs.ray.cluster import local_cluster
+    from arenad.runs.ray.executor import namespace_for
+
+    token = home.root / "demo" / "ray-token"
+    return local_cluster(token, slots=2, namespace=namespace_for(home.root))
 
 
 class DemoResult(msgspec.Struct, frozen=True):
@@ -135,7 +147,9 @@ def demo_script() -> str:
     return "\n".join(parts) + "\n"
 
 
-def demo_campaign(name: str, repo: Path, base: str, opencode: str, reps: int) -> str:
+def demo_campaign(
+    name: str, repo: Path, base: str, opencode: str, reps: int, executor: str = "local"
+) -> str:
     lines = [
         f'name = "{name}"',
         'split = "dev"',
@@ -145,6 +159,8 @@ def demo_campaign(name: str, repo: Path, base: str, opencode: str, reps: int) ->
         'kind = "git"',
         f"source = {json.dumps(str(repo))}",
     ]
+    if executor == "ray":
+        lines += ["[executor]", 'kind = "ray"', "resources = { arenad_slot = 1 }"]
     for iid, (file, _src, _old, _new, check, imp) in BUGS.items():
         func = imp.split()[-1]
         problem = f"[{iid}] {func}() in {file} gives wrong answers; fix it."
@@ -167,8 +183,13 @@ def demo_campaign(name: str, repo: Path, base: str, opencode: str, reps: int) ->
     return "\n".join(lines) + "\n"
 
 
-async def run_demo(home: Home, opencode: str | None, reps: int = 2) -> DemoResult:
+async def run_demo(
+    home: Home, opencode: str | None, reps: int = 2, executor: str = "local"
+) -> DemoResult:
+    """The demo campaign through the daemon; ``executor="ray"`` runs its cells on a Ray
+    cluster of this machine, started for the demo and stopped after."""
     binary = find_opencode(opencode)
+    factory = executor_factory(executor)
     from arenad.app import init_home
 
     await init_home(home)
@@ -182,12 +203,17 @@ async def run_demo(home: Home, opencode: str | None, reps: int = 2) -> DemoResul
     script = parse_script(demo_script(), "demo script")
     (root / f"{name}-model.toml").write_text(demo_script())
     campaign_file = root / f"{name}.toml"
-    campaign_file.write_text(demo_campaign(name, repo, base, binary, reps))
+    campaign_file.write_text(demo_campaign(name, repo, base, binary, reps, executor))
     await submit_campaign(home, campaign_file)
-    with run_in_thread(script) as server:
+    with run_in_thread(script) as server, _cluster_for(executor, home):
         config = opencode_config_for_script(script, port=server.port, provider_id="scripted")
         env = {**os.environ, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
-        await run_daemon(home, DaemonOptions(max_parallel=2, until_idle=True), base_env=env)
+        await run_daemon(
+            home,
+            DaemonOptions(max_parallel=2, until_idle=True),
+            base_env=cell_base_env(executor, env),
+            executor=factory,
+        )
     return DemoResult(
         campaign=name,
         campaign_file=str(campaign_file),

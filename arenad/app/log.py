@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import msgspec
 
+from arenad.app.campaigns import campaign_figures
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
 from arenad.readmodels.view import cells_view
-from arenad.store.chain import ChainReport
+from arenad.store.anchor import read_anchor, write_anchor
+from arenad.store.chain import GENESIS, ChainReport
 from arenad.store.migrations import MigrationStatus, apply_migrations, migration_status
 from events.base import Recorded
 from events.streams import attempt_prefixes, cell_stream
@@ -57,7 +61,9 @@ async def status(home: Home, campaign: str | None = None) -> dict[str, Any]:
         cells = cells_view(store)
         counts = await cells.counts()
         rows = await cells.rows(campaign)
-    return {"counts": dict(counts), "count_list": counts, "cells": rows}
+        # Each campaign's spend against its cap (the spend and budget folds).
+        figures = await campaign_figures(store, campaign)
+    return {"counts": dict(counts), "count_list": counts, "cells": rows, "campaigns": figures}
 
 
 async def history(home: Home, cell_id: str) -> list[Recorded]:
@@ -82,9 +88,49 @@ async def events(home: Home, after: int, follow: bool) -> AsyncGenerator[Recorde
             yield recorded
 
 
-async def verify_log(home: Home) -> ChainReport:
+class LogVerification(msgspec.Struct, frozen=True, kw_only=True):
+    report: ChainReport
+    # What the anchor file said or became (None without --anchor, or when the walk failed).
+    anchor: str | None = None
+
+
+async def verify_log(home: Home, anchor_path: Path | None = None) -> LogVerification:
+    """Walk the whole chain; with an anchor file, check the log still holds the head the
+    file records (truncation plus a rewritten head), then set the file to today's head."""
+    anchor = read_anchor(anchor_path) if anchor_path is not None else None
     async with open_store(home) as store:
-        return await store.verify_chain()
+        report = await store.verify_chain()
+        if anchor_path is None or not report.ok:
+            return LogVerification(report=report)
+        head_seq, head_hash = report.head_seq or 0, report.head_hash or GENESIS
+        if anchor is not None:
+            if head_seq < anchor.seq:
+                return LogVerification(
+                    report=ChainReport(
+                        ok=False,
+                        rows=report.rows,
+                        first_bad_seq=head_seq + 1,
+                        problem=f"the log ends at row {head_seq} but the anchor {anchor_path}"
+                        f" records row {anchor.seq} (rows were deleted from the end and the"
+                        " head rewritten)",
+                    )
+                )
+            if anchor.seq > 0 and await store.hash_at(anchor.seq) != anchor.digest:
+                return LogVerification(
+                    report=ChainReport(
+                        ok=False,
+                        rows=report.rows,
+                        first_bad_seq=anchor.seq,
+                        problem=f"row {anchor.seq} is not the row the anchor {anchor_path}"
+                        " records (the log was rewritten up to there)",
+                    )
+                )
+    write_anchor(anchor_path, head_seq, head_hash)
+    if anchor is None:
+        note = f"head (row {head_seq}) recorded in {anchor_path}"
+    else:
+        note = f"matches the anchor at row {anchor.seq}; {anchor_path} now at row {head_seq}"
+    return LogVerification(report=report, anchor=note)
 
 
 async def rebuild(home: Home) -> int:

@@ -111,8 +111,13 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any]]) -> str:
+def status_table(
+    counts: Sequence[tuple[str, int]],
+    rows: Sequence[dict[str, Any]],
+    campaigns: Sequence[Any] = (),
+) -> str:
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
+    out += spend_lines(campaigns)
     if rows:
         table = [STATUS_COLUMNS]
         for row in rows:
@@ -140,3 +145,89 @@ def status_table(counts: Sequence[tuple[str, int]], rows: Sequence[dict[str, Any
         for r in table:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(out)
+
+
+def submit_lines(result: Any) -> list[str]:
+    """What `arenad submit` prints (``result``: an :class:`arenad.app.submit.SubmitResult`);
+    a dry run shows what the campaign expands to."""
+    plan = result.plan
+    lines: list[str] = []
+    if result.dry_run:
+        sel = plan.selection
+        picked = [
+            f"instance_ids ({len(sel.instance_ids)})" if sel.instance_ids is not None else "",
+            f"instance_filter {sel.instance_filter!r}" if sel.instance_filter is not None else "",
+            f"limit {sel.limit}" if sel.limit is not None else "",
+        ]
+        how = ", ".join(p for p in picked if p)
+        lines.append(
+            f"dry run: campaign {plan.campaign} expands to {plan.cells} cell(s):"
+            f" {plan.instances} instance(s) of {plan.rows} row(s)"
+            + (f" (selected by {how})" if how else "")
+            + f" x {len(plan.arms)} arm(s) x {plan.reps} rep(s)"
+        )
+        for arm in plan.arms:
+            lines.append(f"  arm {arm.name} ({arm.kind}): {arm.cells} cell(s)")
+        lines.append("  first cells: " + ", ".join(plan.first_cells))
+        for cmd in plan.verify:
+            lines.append(f"  verify: {cmd}")
+        if plan.budget_usd is not None:
+            abort = ", running cells aborted when reached" if plan.abort_running else ""
+            lines.append(f"  budget: ${plan.budget_usd:g}{abort}")
+        lines.append(f"  {result.added} new, {result.already} already known; nothing was appended")
+    else:
+        lines.append(
+            f"campaign {result.campaign}: {result.added} cell(s) submitted,"
+            f" {result.already} already known"
+        )
+    lines += [f"note: {n}" for n in plan.notes]
+    return lines
+
+
+def money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.4f}"
+
+
+def spend_text(c: Any) -> str:
+    """A campaign's spend against its cap (``c``: an :class:`arenad.app.campaigns.
+    CampaignFigures`): unknown attempts are said, never counted as $0."""
+    text = money(c.spent_usd)
+    if c.cap_usd is not None:
+        text += f" of ${c.cap_usd:g} cap" + (" (reached: no new cell starts)" if c.at_cap else "")
+    extra = []
+    if c.running:
+        extra.append(f"{c.running} running, {money(c.live_usd)} of it live")
+    if c.unknown_attempts:
+        extra.append(f"+ {c.unknown_attempts} attempt(s) of unknown cost")
+    return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def spend_lines(figures: Sequence[Any]) -> list[str]:
+    return [f"spend {c.name}: {spend_text(c)}" for c in figures if c.attempts or c.cap_usd]
+
+
+def campaigns_table(figures: Sequence[Any]) -> str:
+    """One line per campaign: cells by state, spend and cap, first and last event."""
+    if not figures:
+        return "no campaigns"
+    table = [("campaign", "cells", "by state", "spend", "cap", "submitted", "last event")]
+    for c in figures:
+        spent = money(c.spent_usd)
+        if c.unknown_attempts:
+            spent += f" + {c.unknown_attempts} unknown"
+        cap = "-" if c.cap_usd is None else f"${c.cap_usd:g}" + (" reached" if c.at_cap else "")
+        table.append(
+            (
+                c.name,
+                str(c.total),
+                ", ".join(f"{s} {n}" for s, n in c.cells.items()) or "-",
+                spent,
+                cap,
+                iso(c.submitted_at_ms),
+                iso(c.last_event_ms),
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from arenad.ingest.watcher import (
     file_source,
     first_subdirectory,
 )
+from arenad.materialize import gitsafe
 from arenad.recovery.capture import capture_worker_sessions, spend_figures
 from arenad.recovery.opencode_spend import sup_spend
 from arenad.recovery.opencode_store import StoreUnavailable
@@ -198,18 +198,7 @@ class SupervisorArmRunner(Arm):
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
         """``git rev-parse HEAD`` of the loops checkout ('unknown' when it is not a repo)."""
-        try:
-            out = subprocess.run(
-                ["git", "-C", self.spec.loops_repo, "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=30,
-                check=False,
-            )
-            commit = out.stdout.strip() if out.returncode == 0 else "unknown"
-        except (OSError, subprocess.TimeoutExpired):
-            commit = "unknown"
+        commit = gitsafe.head_commit_blocking(self.spec.loops_repo) or "unknown"
         return ProvenanceRecorded(
             attempt=ctx.attempt,
             repo=self.spec.loops_repo,

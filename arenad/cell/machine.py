@@ -75,6 +75,9 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     "cell.supervisor-outcome": RUN_ENDED,
     "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
+    # What verify saw (the patch, the log's end), appended right after the CellVerified.
+    "cell.patch-captured": frozenset({S.VERIFIED}),
+    "cell.verify-log-captured": frozenset({S.VERIFIED}),
 }
 
 
@@ -93,9 +96,13 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str | None = None
     workspace: str | None = None
     head: str | None = None
+    materialized: ev.CellMaterialized | None = None
     run: ev.RunStarted | None = None
     run_rc: int | None = None
     wall_s: float | None = None
+    # How the current attempt's run ended (kept past verify and recovery, for selecting
+    # cells by it); None: not ended, or folded by an arenad before it was kept.
+    run_end: CellStatus | None = None
     ended_at_ms: int | None = None
     verified: ev.CellVerified | None = None
     recovered: ev.CellRecovered | None = None
@@ -165,13 +172,28 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
 def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
     match event:
         case ev.CellMaterialized():
-            return {"run_dir": event.run_dir, "workspace": event.workspace, "head": event.head}
+            return {
+                "run_dir": event.run_dir,
+                "workspace": event.workspace,
+                "head": event.head,
+                "materialized": event,
+            }
         case ev.RunStarted():
             return {"run": event}
-        case ev.RunCompleted() | ev.RunTimedOut():
-            return {"run_rc": event.rc, "wall_s": event.wall_s, "ended_at_ms": at_ms}
-        case ev.RunAborted():
-            return {"run_rc": event.rc, "wall_s": event.wall_s, "ended_at_ms": at_ms}
+        case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
+            end = (
+                S.COMPLETED
+                if isinstance(event, ev.RunCompleted)
+                else S.TIMED_OUT
+                if isinstance(event, ev.RunTimedOut)
+                else S.ABORTED
+            )
+            return {
+                "run_rc": event.rc,
+                "wall_s": event.wall_s,
+                "ended_at_ms": at_ms,
+                "run_end": end,
+            }
         case ev.CellVerified():
             return {"verified": event}
         case ev.CellRecovered():
@@ -193,9 +215,11 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "run_dir": None,
                 "workspace": None,
                 "head": None,
+                "materialized": None,
                 "run": None,
                 "run_rc": None,
                 "wall_s": None,
+                "run_end": None,
                 "ended_at_ms": None,
                 "verified": None,
                 "recovered": None,

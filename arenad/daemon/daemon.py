@@ -7,6 +7,14 @@ Control requests (abort, pause, max-parallel) arrive as events, written by
 `arenad abort|pause|...` from another process; the daemon follows the log. Where the
 cells' work happens is the executor's (:mod:`arenad.runs.executor`).
 
+Spend caps (:mod:`arenad.budget.cap`): before a cell of a capped campaign is materialized or
+its run started, the campaign's spend (:mod:`arenad.budget.spend`, folded once from the log at
+start, then from the followed cell events and from every ingested batch of this daemon's
+runs, as it is recorded) is held against the cap in force. At the cap the daemon records
+one ``campaign.budget-reached``, starts nothing more of the campaign (its cells stay as they
+are, not failed) and, with ``abort_running``, aborts its running runs; a raised cap
+(``campaign.budget-set``) lets it go on.
+
 Lifecycle (procrastinate's worker is the model): each resource registers its teardown
 on one exit stack as it is acquired, so the teardowns run in reverse order whatever
 happens; a side task (the control follower, the proposer capture) that fails stops the
@@ -24,20 +32,24 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from arenad import __version__
+from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_reached
+from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon.lease import DaemonLease
+from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.errors import ArenadError, StoreUnwritable
+from arenad.errors import ArenadError, LogTampered, StoreUnwritable
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
+from arenad.readmodels.campaigns import load_budgets, load_spend
 from arenad.readmodels.view import CellsView, cells_view
 from arenad.runs.executor import Executor, Tools
 from arenad.runs.local import LocalExecutor
@@ -45,8 +57,14 @@ from arenad.store.base import EventStore
 from arenad.store.faults import fault_from_env
 from events import cell as ev
 from events import streams
-from events.base import Recorded
-from events.control import CampaignSubmitted, DaemonStarted, DaemonStopped, MaxParallelChanged
+from events.base import Event, Recorded
+from events.control import (
+    BudgetReached,
+    CampaignSubmitted,
+    DaemonStarted,
+    DaemonStopped,
+    MaxParallelChanged,
+)
 
 log = logging.getLogger("arenad.daemon")
 
@@ -62,11 +80,21 @@ _SCHEDULE_TAGS = frozenset(
         "cell.abort-requested",
         "cell.paused",
         "cell.resumed",
+        "campaign.budget-set",
+        "campaign.budget-reached",
+        # What moves a campaign's spend (a few per cell; never the ingested lines).
+        *SPEND_TAGS,
     }
 )
 
+# Store failures after which nothing more can be written: the daemon stops at once.
+_STORE_FATAL = (StoreUnwritable, LogTampered)
+
 # Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
 WORKSPACE_TEMPLATES = "workspace-templates"
+# How often the executor is asked to release what it holds for attempts that are over
+# (Executor.reconcile; the first time at start).
+RECONCILE_EVERY_S = 120.0
 
 
 class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,10 +109,14 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     # a planned restart) instead of aborting them.
     leave_running: bool = False
     retry: RetryPolicy = RetryPolicy()
+    # A spend cap (USD) on every campaign this daemon runs; a campaign's own lower cap wins.
+    max_usd: float | None = None
     # Proposer capture: where shot worktrees live (default <home>/proposer-wt) and Claude
     # Code's projects dir (default ~/.claude/projects).
     proposer_worktree_root: str | None = None
     claude_projects_dir: str | None = None
+    # On a terminal: one live line (cells by state, running, spend, ETA) under the logs.
+    progress: bool = False
 
 
 class DaemonFatal(ArenadError):
@@ -124,6 +156,11 @@ class Daemon:
         )
         self.max_parallel = options.max_parallel or 4
         self.campaign_limits: dict[str, int] = {}
+        self.budgets: dict[str, CampaignBudget] = {}
+        self.spend = SpendFold()
+        self._spend_loaded = False
+        # Campaigns at their cap: none of their cells starts.
+        self.held: set[str] = set()
         self.runners: dict[str, CellRunner] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.stopping = asyncio.Event()
@@ -142,7 +179,8 @@ class Daemon:
 
     def stop(self, reason: str) -> None:
         """First call: drain (no new cells; running agents aborted, or left running with
-        ``leave_running``; steps in flight finish within the drain bound). Second call:
+        ``leave_running`` and no longer waited for; steps in flight finish within the
+        drain bound). Second call:
         force (agents killed without grace, steps in flight cancelled)."""
         self.signals += 1
         self.stop_reason = reason
@@ -160,8 +198,9 @@ class Daemon:
                 task.get_loop().call_later(_FORCE_GRACE_S, task.cancel)
 
     def _stop_fatally(self, exc: BaseException) -> None:
-        """The store cannot be written: stop at once, recording nothing more and aborting
-        nothing (an abort could not be recorded); running agents stay adoptable."""
+        """The store cannot be written (or refuses to: the log fails its chain check):
+        stop at once, recording nothing more and aborting nothing (an abort could not be
+        recorded); running agents stay adoptable."""
         if self.fatal is None:
             self.fatal = exc
             log.error("stopping: %s", exc)
@@ -183,7 +222,7 @@ class Daemon:
         if exc is None and self.stopping.is_set():
             return
         failure = exc or RuntimeError(f"{task.get_name()} ended while the daemon ran")
-        if isinstance(failure, StoreUnwritable):
+        if isinstance(failure, _STORE_FATAL):
             self._stop_fatally(failure)
             return
         if self.side_failure is None:
@@ -202,6 +241,15 @@ class Daemon:
 
     def _on_event(self, r: Recorded) -> None:
         e = r.event
+        if r.tag in SPEND_TAGS or r.stream.startswith(streams.CAMPAIGN):
+            if r.stream.startswith(streams.CAMPAIGN):
+                name = r.stream[len(streams.CAMPAIGN) :]
+                self.budgets[name] = apply_budget(self.budgets.get(name), name, e, r.recorded_at_ms)
+            touched = self.spend.apply(r.stream, e)
+            if r.tag in SPEND_TAGS and not isinstance(e, CampaignSubmitted):
+                if touched is not None and self._cap(touched) is not None:
+                    self.wake.set()
+                return
         if isinstance(e, MaxParallelChanged):
             self.max_parallel = e.max_parallel
             log.info("max-parallel is now %d", e.max_parallel)
@@ -222,12 +270,87 @@ class Daemon:
     async def _runnable(self) -> list[tuple[str, str]]:
         # A bounded look ahead (campaign limits may skip some rows): the scheduler runs on
         # every freed slot, and reading every pending row each time would make a campaign
-        # of n cells cost n² row reads.
+        # of n cells cost n² row reads. Campaigns at their cap are left out in the query,
+        # so their waiting cells never fill the look ahead.
         free = max(self.max_parallel - len(self.tasks), 0)
-        return await self.cells.runnable(exclude=list(self.tasks), limit=4 * free + 16)
+        return await self.cells.runnable(
+            exclude=list(self.tasks), limit=4 * free + 16, hold_campaigns=sorted(self.held)
+        )
+
+    # -- spend caps --------------------------------------------------------------
+
+    def _cap(self, campaign: str) -> tuple[float, str] | None:
+        return cap_in_force(self.budgets.get(campaign), self.options.max_usd)
+
+    def _at_cap(self, campaign: str) -> bool:
+        """The spend reached the cap in force, or the log says it did: only a new cap lets
+        the campaign go on (a recovered figure below the live one does not)."""
+        cap = self._cap(campaign)
+        if cap is None:
+            return False
+        budget = self.budgets.get(campaign)
+        if budget is not None and budget.reached == cap[0]:
+            return True
+        return is_reached(self.spend.campaign(campaign).spent_usd, cap[0])
+
+    def _on_ingested(self, stream: str, events: Sequence[Event]) -> None:
+        """A run's ingested batch: its step costs go into the campaign's spend as they are
+        recorded (the stream is never read again for it)."""
+        touched = None
+        for e in events:
+            touched = self.spend.apply(stream, e) or touched
+        if touched is not None and self._cap(touched) is not None:
+            self.wake.set()
+
+    async def _check_budgets(self) -> None:
+        """Hold the campaigns at their cap (recording it once per cap, aborting their runs
+        when asked to); let go of those whose cap was raised."""
+        known = set(self.budgets) | set(self.spend.campaigns())
+        names = {n for n in known if self._cap(n) is not None} | self.held
+        if names and not self._spend_loaded:
+            await load_spend(self.store, self.spend)
+            self._spend_loaded = True
+        for name in sorted(names):
+            cap = self._cap(name)
+            spend = self.spend.campaign(name)
+            if cap is None or not self._at_cap(name):
+                if name in self.held:
+                    log.info("%s: under its cap again; its cells start", name)
+                self.held.discard(name)
+                continue
+            self.held.add(name)
+            budget = self.budgets.get(name) or CampaignBudget(name=name)
+            if budget.reached == cap[0]:
+                continue
+            abort = budget.abort_running and cap[1] == "campaign"
+            reason = f"campaign budget reached: ${spend.spent_usd:.4f} of ${cap[0]:g}"
+            log.warning("%s: %s; no new cell starts", name, reason)
+            record = BudgetReached(
+                max_usd=cap[0],
+                spent_usd=round(spend.spent_usd, 10),
+                unknown_attempts=spend.unknown_attempts,
+                running=spend.running,
+                source="daemon" if cap[1] == "daemon" else "campaign",
+                action="abort" if abort else "hold",
+            )
+            recorded = await self.store.append(streams.campaign_stream(name), None, [record])
+            self.budgets[name] = apply_budget(budget, name, record, recorded[0].recorded_at_ms)
+            if abort:
+                for runner in list(self.runners.values()):
+                    if runner.cell_id.split(":", 1)[0] == name and runner.run_in_flight:
+                        runner.request_abort(reason)
 
     def _start(self, cell_id: str, executor: Executor) -> None:
-        runner = CellRunner(self.store, self.config, cell_id, self.clock, executor)
+        campaign = cell_id.split(":", 1)[0]
+        runner = CellRunner(
+            self.store,
+            self.config,
+            cell_id,
+            self.clock,
+            executor,
+            may_start=lambda: not self._at_cap(campaign),
+            on_ingested=self._on_ingested,
+        )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
         self.tasks[cell_id] = task
@@ -235,7 +358,7 @@ class Daemon:
     async def _drive(self, runner: CellRunner) -> None:
         try:
             await runner.drive()
-        except StoreUnwritable as exc:
+        except _STORE_FATAL as exc:
             self._stop_fatally(exc)
         except Exception:
             log.exception("%s: the cell runner crashed", runner.cell_id)
@@ -260,7 +383,7 @@ class Daemon:
                         )
                     ]
                 )
-        except StoreUnwritable as exc:
+        except _STORE_FATAL as exc:
             self._stop_fatally(exc)
         except Exception:
             log.exception("%s: could not record the runner's crash", runner.cell_id)
@@ -296,6 +419,7 @@ class Daemon:
                         hostname=socket.gethostname(),
                         max_parallel=self.max_parallel,
                         version=__version__,
+                        max_usd=self.options.max_usd,
                     )
                 ],
             )
@@ -305,9 +429,16 @@ class Daemon:
             stack.push_async_callback(asyncio.to_thread, self.templates.clear)
             await self._start_proposer_capture(stack)
             self._side_task(stack, self._follow_control(start_seq), "control follower")
+            if self.options.progress:
+                await start_live_line(stack, self.store, self.clock, lambda: self.max_parallel)
+            self._side_task(stack, self._reconcile(executor), "executor reconcile")
             # Registered last, so it runs first: the cells wind down before their tools go.
             stack.push_async_callback(self._drain)
             await self._schedule(executor)
+        if isinstance(self.fatal, LogTampered):
+            raise DaemonFatal(
+                f"{self.fatal}; the daemon stopped, and running agents were left running"
+            ) from self.fatal
         if self.fatal is not None:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped without recording anything more. The log"
@@ -324,6 +455,7 @@ class Daemon:
     async def _schedule(self, executor: Executor) -> None:
         while not self.stopping.is_set():
             self.wake.clear()
+            await self._check_budgets()
             runnable = await self._runnable()
             for cell_id, campaign in runnable:
                 if len(self.tasks) >= self.max_parallel:
@@ -335,6 +467,16 @@ class Daemon:
             if self.options.until_idle and not self.tasks and not runnable:
                 break
             await wait_for_event(self.wake, 1.0)
+
+    async def _reconcile(self, executor: Executor) -> None:
+        while True:
+            await executor.reconcile(self._attempt_live)
+            await asyncio.sleep(RECONCILE_EVERY_S)
+
+    async def _attempt_live(self, cell_id: str, attempt: int) -> bool:
+        """Whether the log holds ``attempt`` as the cell's current one, not yet over."""
+        state = await self.cells.state(cell_id)
+        return state is not None and not state.terminal and state.attempt == attempt
 
     async def _start_proposer_capture(self, stack: contextlib.AsyncExitStack) -> None:
         paths = ProposerPaths.for_home(
@@ -359,9 +501,13 @@ class Daemon:
         stack.push_async_callback(teardown)
 
     async def _load_limits(self) -> None:
+        self.budgets = await load_budgets(self.store)
         for stream in await self.store.streams(streams.CAMPAIGN):
             for r in await self.store.read_stream(stream):
-                self._on_event(r)
+                if isinstance(r.event, CampaignSubmitted):
+                    self.spend.apply(r.stream, r.event)
+                    if r.event.max_parallel:
+                        self.campaign_limits[r.event.name] = r.event.max_parallel
         for r in await self.store.read_stream(streams.CONTROL):
             if self.options.max_parallel is None:
                 self._on_event(r)

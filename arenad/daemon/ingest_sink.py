@@ -3,8 +3,10 @@ concurrency, so two ingesters can never both record the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
+from arenad.errors import LogTampered, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
 from events.base import Event
 from events.ingest import IngestionClosed
@@ -16,13 +18,28 @@ class IngestSink:
     run's end, in one transaction (:meth:`take_held`): a crash cannot separate the two,
     and a restart that finds neither ingests from the recorded offsets again."""
 
-    def __init__(self, store: EventStore, stream: str, *, hold_close: bool = False) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        stream: str,
+        *,
+        hold_close: bool = False,
+        observer: Callable[[str, Sequence[Event]], None] | None = None,
+    ) -> None:
         self.store = store
         self.stream = stream
         self.version = 0
         self.appended = 0
         self.hold_close = hold_close
         self._held: list[Event] | None = None
+        # Sees every batch as it is recorded (or held): the daemon folds live spend from
+        # it, so nothing re-reads the ingest stream to learn what a run has cost so far.
+        self.observer = observer
+        # A store failure after which nothing more can be written (full, read-only, a
+        # log that fails its chain check): the run's follower stops at once on it, not
+        # when the run ends (the watcher that got it has stopped ingesting).
+        self.fatal: StoreError | None = None
+        self.fatal_seen = asyncio.Event()
 
     async def open(self, *, new: bool = False) -> int:
         """Read the stream's version; ``new``: the caller knows it has no events yet."""
@@ -36,10 +53,17 @@ class IngestSink:
         if self.hold_close and isinstance(events[-1], IngestionClosed):
             self._held = list(events)
             self.appended += len(events)
-            return
-        recorded = await self.store.append(self.stream, self.version, list(events))
-        self.version = recorded[-1].version
-        self.appended += len(recorded)
+        else:
+            try:
+                recorded = await self.store.append(self.stream, self.version, list(events))
+            except (StoreUnwritable, LogTampered) as exc:
+                self.fatal = exc
+                self.fatal_seen.set()
+                raise
+            self.version = recorded[-1].version
+            self.appended += len(recorded)
+        if self.observer is not None:
+            self.observer(self.stream, events)
 
     @property
     def held_events(self) -> list[Event]:

@@ -6,6 +6,7 @@ daemon never leaves a stale lease behind.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -22,10 +23,15 @@ class DaemonLease:
     def acquire(self) -> None:
         if self._fd is not None:
             return  # already held by this object
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # os.open gives a non-inheritable descriptor (PEP 446): the agents a daemon
-        # starts never hold its lease, so the lease dies with the daemon alone.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # os.open gives a non-inheritable descriptor (PEP 446): the agents a daemon
+            # starts never hold its lease, so the lease dies with the daemon alone.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise LeaseError(
+                f"cannot take the daemon lease {self.path}: {exc.strerror or exc}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -35,8 +41,12 @@ class DaemonLease:
                 f"another arenad daemon (pid {holder}) is running on {self.path.parent};"
                 " stop it first, or use a different --home"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # The pid only names the holder in another daemon's refusal; the flock is the
+        # lease. On a full disk it cannot be written, and the store then says why the
+        # daemon cannot run (a runtime failure, not this file's).
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -45,7 +45,7 @@ from arenad.daemon import steps
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.home import Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError
+from arenad.materialize import MaterializeError, Seal
 from arenad.runs import groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
@@ -54,6 +54,8 @@ from arenad.sandbox.cellenv import cell_env_for
 from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.verdict.judge import no_verdict
+from arenad.verdict.patch import PatchResult
+from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.streams import ingest_stream
@@ -82,8 +84,17 @@ class CellRunner:
         cell_id: str,
         clock: Clock,
         executor: Executor,
+        *,
+        may_start: Callable[[], bool] | None = None,
+        on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
     ) -> None:
         self.store = store
+        # Asked before an attempt is materialized and before its run starts: False holds
+        # the cell where it is (a campaign at its spend cap), never a failure.
+        self.may_start = may_start
+        # Sees the attempt's ingested events (recorded before this runner, then live).
+        self.on_ingested = on_ingested
+        self.held = False
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -100,6 +111,9 @@ class CellRunner:
         self._wake = asyncio.Event()
         # Set by an operator's abort: a verify or judge in flight is cancelled.
         self._operator_abort = asyncio.Event()
+        # Set when the daemon stops leaving runs running: the run in flight is no longer
+        # followed (nothing is recorded of it; the next daemon adopts it).
+        self._leave = asyncio.Event()
 
     def request_abort(self, reason: str, *, operator: bool = False) -> None:
         """End the run in flight (or keep one from starting). An operator's abort also
@@ -118,7 +132,9 @@ class CellRunner:
         self.shutdown = True
         self._wake.set()
         run = self.run_in_flight
-        if run is not None and abort_runs:
+        if not abort_runs:
+            self._leave.set()
+        elif run is not None:
             self.request_abort("daemon shutting down")
             if force:
                 run.kill_now()
@@ -137,7 +153,9 @@ class CellRunner:
         """
         try:
             state = await self.writer.load()
-            while not (state.terminal or state.paused or self.shutdown or self.pause_requested):
+            while not (
+                state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
+            ):
                 if state.abort_requested and not self.abort.is_set():
                     self.request_abort(state.abort_reason or "operator request", operator=True)
                 await self.step(state)
@@ -164,6 +182,8 @@ class CellRunner:
                 ]
             )
             return
+        if state.status in (S.SUBMITTED, S.MATERIALIZED) and not self._may_start():
+            return
         match state.status:
             case S.SUBMITTED:
                 if await self._backoff(state):
@@ -183,6 +203,13 @@ class CellRunner:
                 await self.verify(state)
             case S.VERIFIED:
                 await self.recover(state)
+
+    def _may_start(self) -> bool:
+        if self.may_start is None or self.may_start():
+            return True
+        log.info("%s: held (its campaign is at its spend cap); it stays as it is", self.cell_id)
+        self.held = True
+        return False
 
     async def _backoff(self, state: CellState) -> bool:
         """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
@@ -206,7 +233,7 @@ class CellRunner:
         return arm_for(state.spec.arm)
 
     async def _site(self, state: CellState) -> Site:
-        return await self.executor.site(self.cell_id, state.attempt)
+        return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
     def _run_dir(self, state: CellState) -> Path:
         spec = state.spec
@@ -234,10 +261,18 @@ class CellRunner:
 
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
+        spec = state.spec
+        git_root = self.config.home.git_root(
+            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
+        )
         site = await self._site(state)
         try:
             result = await site.call(
-                steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
+                steps.materialize_step,
+                state.spec,
+                str(run_dir),
+                dict(self.config.base_env),
+                str(git_root),
             )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
@@ -246,6 +281,7 @@ class CellRunner:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         self._materialized_here = True
+        seal = result.seal
         await self.writer.append(
             [
                 ev.CellMaterialized(
@@ -255,6 +291,10 @@ class CellRunner:
                     head=result.head,
                     clean=result.clean,
                     materializer=state.spec.materializer.kind,
+                    git_root=seal.root if seal is not None else None,
+                    base_tree=seal.base_tree if seal is not None else None,
+                    ws_identity=seal.ws_identity if seal is not None else None,
+                    dotgit_identity=seal.dotgit_identity if seal is not None else None,
                 )
             ]
         )
@@ -356,9 +396,16 @@ class CellRunner:
         self.run_in_flight = run
         if self.abort.is_set():
             run.abort(self.abort_reason)
-        sink = IngestSink(self.store, ingest_stream(self.cell_id, state.attempt), hold_close=True)
+        sink = IngestSink(
+            self.store,
+            ingest_stream(self.cell_id, state.attempt),
+            hold_close=True,
+            observer=self.on_ingested,
+        )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
+        if recorded and self.on_ingested is not None:
+            self.on_ingested(sink.stream, [r.event for r in recorded])
         positions = fold_positions(recorded)
         observation: Observation | None = None
         if not positions.closed:
@@ -370,7 +417,7 @@ class CellRunner:
             else None
         )
         try:
-            end = await run.wait()
+            end = await self._wait_unless_left(run, sink)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -380,9 +427,38 @@ class CellRunner:
             if hangs is not None:
                 hangs.cancel()
                 await asyncio.gather(hangs, return_exceptions=True)
+        if end is None:
+            # Left running: like a crash for this run, minus the crash. What was ingested
+            # is committed; the next daemon resumes from the logged offsets.
+            if observation is not None:
+                await observation.abort()
+            if sink.fatal is not None:
+                raise sink.fatal
+            log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
+            return
         if observation is not None:
             await observation.close()
         await self._record_end(state, ctx, site, end, sink)
+
+    async def _wait_unless_left(self, run: Run, sink: IngestSink) -> RunEnd | None:
+        """The run's end, or None once the daemon stops leaving runs running, or the
+        store failed under the run's ingestion (nothing more can be recorded)."""
+        if self._leave.is_set() or sink.fatal is not None:
+            return None
+        ended = asyncio.ensure_future(run.wait())
+        left = asyncio.ensure_future(self._leave.wait())
+        failed = asyncio.ensure_future(sink.fatal_seen.wait())
+        try:
+            await asyncio.wait({ended, left, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (left, failed):
+                task.cancel()
+            if not ended.done():
+                ended.cancel()
+            await asyncio.gather(ended, left, failed, return_exceptions=True)
+        if ended.cancelled():
+            return None
+        return ended.result()
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -405,7 +481,11 @@ class CellRunner:
                     reason=end.reason or self.abort_reason,
                 )
             case "lost":
-                outcome = ev.RunAborted(attempt=attempt, rc=None, reason="lost with the daemon")
+                # The executor says what is known (how the wrapper died, or that no daemon
+                # watched it end): "lost with the daemon" only when that is what happened.
+                outcome = ev.RunAborted(
+                    attempt=attempt, rc=None, reason=end.reason or "lost with the daemon"
+                )
             case "not_started":
                 # The wrapper ran but the agent never did (its binary could not start):
                 # nothing was spent, so this is an infrastructure failure before the run.
@@ -483,16 +563,24 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            patch = await site.call(
+            extraction = await site.call(
                 steps.patch_step,
                 str(ctx.workspace),
                 spec.instance.base_commit,
                 list(spec.excludes),
                 str(patch_path),
+                _seal(state),
             )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
+        patch = extraction.patch
+        if extraction.tampered:
+            # Evidence, not a failure: what the agent did is the attempt's result.
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+            )
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
@@ -516,12 +604,14 @@ class CellRunner:
                 attempt=state.attempt,
                 scored=outcome.scored,
                 not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path),
-                patch_lines=patch.lines,
-                patch_sha256=patch.sha256,
+                patch_path=str(patch_path) if patch is not None else None,
+                patch_lines=patch.lines if patch is not None else None,
+                patch_sha256=patch.sha256 if patch is not None else None,
                 verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                tampered=extraction.tampered,
+                nested_repos=patch.nested_repos if patch is not None else None,
             )
         ]
         if spec.judge is not None:
@@ -543,6 +633,7 @@ class CellRunner:
                 if judged is not None
                 else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
             )
+        events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
             await self.writer.append(events)
             return
@@ -627,6 +718,32 @@ class _IngestedReader:
         return self._events
 
 
+def _seal(state: CellState) -> Seal | None:
+    """The workspace's seal as its CellMaterialized recorded it (None: made before seals)."""
+    m = state.materialized
+    if m is None or m.git_root is None or m.base_tree is None:
+        return None
+    return Seal(
+        root=m.git_root,
+        workspace=m.workspace,
+        base=state.spec.instance.base_commit,
+        base_tree=m.base_tree,
+        ws_identity=m.ws_identity,
+        dotgit_identity=m.dotgit_identity,
+    )
+
+
+def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:
+    """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
+    left no result to capture)."""
+    out: list[Event] = []
+    if patch is not None and patch.excerpt is not None:
+        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+    if verdict is not None and verdict.log_excerpt is not None:
+        out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
+    return out
+
+
 def _output_capped(
     started: ev.RunStarted | None, end: RunEnd, attempt: int
 ) -> list[ev.RunOutputCapped]:
@@ -635,7 +752,11 @@ def _output_capped(
         return []
     return [
         ev.RunOutputCapped(
-            attempt=attempt, path=path, cap_bytes=started.output_cap_bytes, cause=cause
+            attempt=attempt,
+            path=path,
+            cap_bytes=started.output_cap_bytes,
+            cause=cause,
+            kept_bytes=end.kept.get(path),
         )
         for path, cause in end.capped
     ]

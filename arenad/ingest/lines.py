@@ -18,25 +18,42 @@ Semantics, shared with :mod:`arenad.ingest.offsets`:
   and the reason. Nothing is ever dropped:
   - a line that is not valid UTF-8 is stored base64 (``encoding="base64"``) and is
     malformed (JSON text is UTF-8 by definition), error ``"invalid UTF-8: …"``;
+  - a malformed line holding control characters (other than tab and CR) is stored
+    base64 too: the log's JSON would escape each one to six bytes (``\u0000``), where
+    base64 costs four bytes per three;
   - an empty or whitespace-only line (space, tab, CR) is malformed with error
     ``"empty line"``;
   - valid JSON that is not an object (array, number, …) is malformed with
     msgspec's message (``"Expected `object`, got `array`"``).
+- **The line limit.** A line longer than ``max_line`` bytes (:data:`MAX_LINE_BYTES`,
+  1 MiB, unless the caller says otherwise) becomes :class:`~events.ingest.LineOversized`:
+  its full length, its sha256 and its first :data:`HEAD_BYTES` bytes; the file keeps the
+  whole line. The splitter never holds more of such a line than the limit plus one read
+  (it hashes the rest as it streams by), so a 50 MB line costs what a 1 MiB one does.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import re
 from typing import Any
 
 import msgspec
 
-from events.ingest import Encoding, LineIngested, LineMalformed
+from events.ingest import Encoding, LineIngested, LineMalformed, LineOversized
 
-LineEvent = LineIngested | LineMalformed
+LineEvent = LineIngested | LineMalformed | LineOversized
+
+MAX_LINE_BYTES = 1 << 20
+"""The longest line recorded whole (1 MiB); a longer one is a LineOversized."""
+HEAD_BYTES = 4096
+"""The bytes of an oversized line kept in its event."""
 
 _NL = b"\n"
 _BLANK = b" \t\r"
+# Characters JSON escapes to six bytes (``\u0000``); tab and CR stay as text.
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x0c\x0e-\x1f]")
 
 
 class _Head(msgspec.Struct):
@@ -50,11 +67,70 @@ _head_decoder = msgspec.json.Decoder(_Head)
 
 
 def encode_raw(data: bytes) -> tuple[str, Encoding]:
-    """``data`` as stored in an event: UTF-8 text, else base64."""
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), "base64"
+    """``data`` as stored in an event: UTF-8 text, else (invalid UTF-8, or control
+    characters that JSON would blow up sixfold) base64."""
+    if _CONTROL.search(data) is None:
+        try:
+            return data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
+    return _b64(data), "base64"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _head(head: bytes) -> tuple[str, Encoding]:
+    """An oversized line's first bytes as stored: text if they are text but for a
+    character cut in two at the end (its up to three bytes are dropped), else base64."""
+    whole = encode_raw(head)
+    if whole[1] == "utf-8":
+        return whole
+    for cut in (1, 2, 3):
+        text, encoding = encode_raw(head[:-cut])
+        if encoding == "utf-8":
+            return text, encoding
+    return whole
+
+
+class _Oversized:
+    """A line past the limit, streamed: its first bytes, a running sha256, its length."""
+
+    __slots__ = ("digest", "head", "length")
+
+    def __init__(self, first: bytes) -> None:
+        self.head = first[:HEAD_BYTES]
+        self.digest = hashlib.sha256(first)
+        self.length = len(first)
+
+    def add(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.length += len(data)
+
+    def event(
+        self,
+        source: str,
+        path: str,
+        offset: int,
+        limit: int,
+        *,
+        partial: bool,
+        observed_at_ms: int | None,
+    ) -> LineOversized:
+        head, encoding = _head(self.head)
+        return LineOversized(
+            source=source,
+            path=path,
+            offset=offset,
+            length=self.length,
+            sha256=self.digest.hexdigest(),
+            head=head,
+            encoding=encoding,
+            limit_bytes=limit,
+            partial=partial,
+            observed_at_ms=observed_at_ms,
+        )
 
 
 def decode_raw(raw: str, encoding: Encoding) -> bytes:
@@ -62,7 +138,7 @@ def decode_raw(raw: str, encoding: Encoding) -> bytes:
     return base64.b64decode(raw) if encoding == "base64" else raw.encode("utf-8")
 
 
-def line_bytes(event: LineEvent) -> bytes:
+def line_bytes(event: LineIngested | LineMalformed) -> bytes:
     """The file bytes an event covers: the raw line plus its newline unless partial."""
     data = decode_raw(event.raw, event.encoding)
     return data if event.partial else data + _NL
@@ -76,8 +152,15 @@ def classify_line(
     *,
     partial: bool = False,
     observed_at_ms: int | None = None,
+    max_line: int = MAX_LINE_BYTES,
 ) -> LineEvent:
-    """One line (without its newline) as a LineIngested or LineMalformed event."""
+    """One line (without its newline) as a LineIngested, LineMalformed or (longer than
+    ``max_line``) LineOversized event."""
+    if len(line) > max_line:
+        big = _Oversized(line)
+        return big.event(
+            source, path, offset, max_line, partial=partial, observed_at_ms=observed_at_ms
+        )
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -86,7 +169,7 @@ def classify_line(
             path=path,
             offset=offset,
             length=len(line),
-            raw=base64.b64encode(line).decode("ascii"),
+            raw=_b64(line),
             encoding="base64",
             error=f"invalid UTF-8: {exc.reason} at byte {exc.start}",
             partial=partial,
@@ -94,12 +177,14 @@ def classify_line(
     try:
         head = _head_decoder.decode(line)
     except msgspec.DecodeError as exc:
+        control = _CONTROL.search(line) is not None
         return LineMalformed(
             source=source,
             path=path,
             offset=offset,
             length=len(line),
-            raw=text,
+            raw=_b64(line) if control else text,
+            encoding="base64" if control else "utf-8",
             error="empty line" if not line.strip(_BLANK) else str(exc),
             partial=partial,
         )
@@ -153,22 +238,40 @@ class LineSplitter:
     ``offset`` is the file offset of the first byte not yet turned into an event
     (always a line start). Bytes fed but not taken stay buffered: the trailing
     incomplete line until its newline arrives, and complete lines beyond a
-    ``take`` limit.
+    ``take`` limit. An incomplete line past ``max_line`` bytes is not buffered but
+    streamed into its LineOversized (first bytes, running sha256, length): the
+    buffer never holds more than ``max_line`` plus one feed.
     """
 
-    __slots__ = ("_buf", "_start", "offset", "path", "source")
+    __slots__ = ("_big", "_big_done", "_buf", "_start", "max_line", "offset", "path", "source")
 
-    def __init__(self, source: str, path: str, offset: int = 0) -> None:
+    def __init__(
+        self, source: str, path: str, offset: int = 0, *, max_line: int = MAX_LINE_BYTES
+    ) -> None:
+        if max_line < 1:
+            raise ValueError("max_line must be positive")
         self.source = source
         self.path = path
         self.offset = offset
+        self.max_line = max_line
         self._buf = b""
         self._start = 0
+        # The oversized line at ``offset`` being streamed, and whether its newline came.
+        self._big: _Oversized | None = None
+        self._big_done = False
 
     @property
     def buffered(self) -> int:
         """Bytes fed but not yet emitted."""
-        return len(self._buf) - self._start
+        big = self._big
+        held = 0 if big is None else big.length + self._big_done
+        return held + len(self._buf) - self._start
+
+    @property
+    def held(self) -> int:
+        """Bytes kept in memory: never more than ``max_line`` plus one feed (an oversized
+        line's bytes past that are hashed and let go)."""
+        return len(self._buf) - self._start + (0 if self._big is None else len(self._big.head))
 
     @property
     def read_end(self) -> int:
@@ -177,10 +280,24 @@ class LineSplitter:
 
     def has_line(self) -> bool:
         """Whether a complete line is buffered (``take`` would return something)."""
+        if self._big is not None:
+            return self._big_done
         return self._buf.find(_NL, self._start) >= 0
 
     def feed(self, data: bytes) -> None:
         if not data:
+            return
+        big = self._big
+        if big is not None and not self._big_done:
+            # Streaming an oversized line: the buffer is empty until its newline.
+            nl = data.find(_NL)
+            if nl < 0:
+                big.add(data)
+                return
+            big.add(data[:nl])
+            self._big_done = True
+            self._buf = data[nl + 1 :]
+            self._start = 0
             return
         if self._start >= len(self._buf):
             self._buf = data
@@ -190,14 +307,15 @@ class LineSplitter:
 
     def reset(self, offset: int) -> None:
         """Forget everything buffered; the next byte fed is at ``offset``."""
-        self._buf = b""
-        self._start = 0
+        self.discard_remainder()
         self.offset = offset
 
     def discard_remainder(self) -> None:
         """Drop buffered bytes (the incomplete tail); ``offset`` is unchanged."""
         self._buf = b""
         self._start = 0
+        self._big = None
+        self._big_done = False
 
     def take(
         self,
@@ -212,22 +330,59 @@ class LineSplitter:
         covered (negative: no limit); at least one line is taken if one is
         buffered and ``max_events`` is not 0, however long it is.
         """
+        events: list[LineEvent] = []
+        if max_events == 0:
+            return events, 0
+        source = self.source
+        path = self.path
+        limit = self.max_line
+        nbytes = 0
+        count = 0
+        big = self._big
+        if big is not None:
+            if not self._big_done:
+                return events, 0
+            events.append(
+                big.event(
+                    source,
+                    path,
+                    self.offset,
+                    limit,
+                    partial=False,
+                    observed_at_ms=observed_at_ms,
+                )
+            )
+            count = 1
+            nbytes = big.length
+            self.offset += big.length + 1
+            self._big = None
+            self._big_done = False
+            if count == max_events or 0 <= max_bytes <= nbytes:
+                return events, nbytes
         buf = self._buf
         find = buf.find
         pos = self._start
         off = self.offset
-        source = self.source
-        path = self.path
-        events: list[LineEvent] = []
         append = events.append
-        nbytes = 0
-        count = 0
         while count != max_events:
             nl = find(_NL, pos)
             if nl < 0:
+                if len(buf) - pos > limit:
+                    # Too long to keep: stream the rest of this line from here on.
+                    self._big = _Oversized(buf[pos:])
+                    pos = len(buf)
                 break
             length = nl - pos
-            append(classify_line(source, path, buf[pos:nl], off, observed_at_ms=observed_at_ms))
+            append(
+                classify_line(
+                    source,
+                    path,
+                    buf[pos:nl],
+                    off,
+                    observed_at_ms=observed_at_ms,
+                    max_line=limit,
+                )
+            )
             count += 1
             nbytes += length
             off += length + 1
@@ -249,7 +404,24 @@ class LineSplitter:
         With ``partial=False`` the incomplete remainder stays buffered.
         """
         events, nbytes = self.take(observed_at_ms=observed_at_ms)
-        if partial and self.buffered:
+        if not partial:
+            return events, nbytes
+        big = self._big
+        if big is not None:
+            events.append(
+                big.event(
+                    self.source,
+                    self.path,
+                    self.offset,
+                    self.max_line,
+                    partial=True,
+                    observed_at_ms=observed_at_ms,
+                )
+            )
+            nbytes += big.length
+            self.offset += big.length
+            self.discard_remainder()
+        elif self.buffered:
             rest = self._buf[self._start :]
             events.append(
                 classify_line(
@@ -259,6 +431,7 @@ class LineSplitter:
                     self.offset,
                     partial=True,
                     observed_at_ms=observed_at_ms,
+                    max_line=self.max_line,
                 )
             )
             nbytes += len(rest)

@@ -6,10 +6,10 @@ is ingested twice and none is skipped.
 
 Per file, keyed by ``(source, path)``:
 
-- :class:`~events.ingest.LineIngested` / :class:`~events.ingest.LineMalformed`
-  set ``offset`` to ``event.offset + event.length + 1`` (``+ 0`` when
-  ``partial``: a partial line has no newline) and remember the event as
-  ``last_line``; ``length`` never includes the newline.
+- :class:`~events.ingest.LineIngested` / :class:`~events.ingest.LineMalformed` /
+  :class:`~events.ingest.LineOversized` set ``offset`` to
+  ``event.offset + event.length + 1`` (``+ 0`` when ``partial``: a partial line has no
+  newline) and remember the event as ``last_line``; ``length`` never includes the newline.
 - :class:`~events.ingest.FileTruncated` resets ``offset`` to 0 and forgets
   ``last_line``.
 - :class:`~events.ingest.FileSnapshotted` sets ``sha256`` and ``offset`` to the
@@ -38,6 +38,7 @@ from events.ingest import (
     IngestionClosed,
     LineIngested,
     LineMalformed,
+    LineOversized,
 )
 
 FileKey = tuple[str, str]
@@ -54,7 +55,7 @@ class IngestPosition(msgspec.Struct, frozen=True, kw_only=True):
 
     offset: int = 0
     sha256: str | None = None
-    last_line: LineIngested | LineMalformed | None = None
+    last_line: LineIngested | LineMalformed | LineOversized | None = None
 
 
 START = IngestPosition()
@@ -81,14 +82,14 @@ def split_file_key(key: str) -> FileKey:
     return source, path
 
 
-def line_end(event: LineIngested | LineMalformed) -> int:
+def line_end(event: LineIngested | LineMalformed | LineOversized) -> int:
     """The offset just past a line event's bytes (its newline included unless partial)."""
     return event.offset + event.length + (0 if event.partial else 1)
 
 
 def advance(position: IngestPosition | None, event: Event) -> IngestPosition:
     """One file's position after ``event`` (which must concern that file)."""
-    if isinstance(event, LineIngested | LineMalformed):
+    if isinstance(event, LineIngested | LineMalformed | LineOversized):
         sha = position.sha256 if position is not None else None
         return IngestPosition(offset=line_end(event), sha256=sha, last_line=event)
     if isinstance(event, FileTruncated):
@@ -98,7 +99,7 @@ def advance(position: IngestPosition | None, event: Event) -> IngestPosition:
     return position if position is not None else START
 
 
-_FILE_EVENTS = (LineIngested, LineMalformed, FileTruncated, FileSnapshotted)
+_FILE_EVENTS = (LineIngested, LineMalformed, LineOversized, FileTruncated, FileSnapshotted)
 
 
 def fold_positions(

@@ -11,7 +11,8 @@ events determine (:func:`arenad.ingest.offsets.fold_positions`).
 Two modes:
 
 ``"lines"`` (journal.jsonl, workers/*.ndjson, …)
-    Complete lines become LineIngested/LineMalformed (:mod:`arenad.ingest.lines`).
+    Complete lines become LineIngested/LineMalformed/LineOversized
+    (:mod:`arenad.ingest.lines`; a line past the limit is streamed, never held whole).
     An incomplete trailing line stays unread until its newline arrives, or until
     the file is finished (:meth:`FileTailer.drain`, or the path is replaced),
     when it is ingested flagged ``partial``.
@@ -50,10 +51,17 @@ from typing import Literal
 
 import msgspec
 
-from arenad.ingest.lines import LineSplitter, encode_raw, line_bytes
+from arenad.ingest.lines import (
+    MAX_LINE_BYTES,
+    LineEvent,
+    LineSplitter,
+    decode_raw,
+    encode_raw,
+    line_bytes,
+)
 from arenad.ingest.offsets import START, IngestPosition
 from events.base import Event
-from events.ingest import FileSnapshotted, FileTruncated, LineIngested, LineMalformed
+from events.ingest import FileSnapshotted, FileTruncated, LineMalformed, LineOversized
 
 Mode = Literal["lines", "snapshot"]
 
@@ -76,6 +84,7 @@ class FileTailer:
         position: IngestPosition | None = None,
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
@@ -86,10 +95,10 @@ class FileTailer:
         self.chunk_size = chunk_size
         self._committed = position if position is not None else START
         self._pending = self._committed
-        self._last: LineIngested | LineMalformed | None = self._committed.last_line
+        self._last: LineEvent | None = self._committed.last_line
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None
-        self._splitter = LineSplitter(source, path, self._committed.offset)
+        self._splitter = LineSplitter(source, path, self._committed.offset, max_line=max_line)
 
     # -- state -------------------------------------------------------------------
 
@@ -302,13 +311,19 @@ class FileTailer:
         return [snapshot], len(data)
 
 
-def _tail_matches(fd: int, last: LineIngested | LineMalformed | None) -> bool:
-    """Whether the file still holds the last recorded line's bytes at its offset."""
+def _tail_matches(fd: int, last: LineEvent | None) -> bool:
+    """Whether the file still holds the last recorded line's bytes at its offset (of an
+    oversized line: its first bytes, and its newline where the length says)."""
     if last is None:
         return True
+    if isinstance(last, LineOversized):
+        head = decode_raw(last.head, last.encoding)
+        if os.pread(fd, len(head), last.offset) != head:
+            return False
+        return last.partial or os.pread(fd, 1, last.offset + last.length) == b"\n"
     expected = line_bytes(last)
     return os.pread(fd, len(expected), last.offset) == expected
 
 
-def _is_same(last: LineIngested | LineMalformed, data: bytes) -> bool:
-    return last.offset == 0 and line_bytes(last) == data
+def _is_same(last: LineEvent, data: bytes) -> bool:
+    return not isinstance(last, LineOversized) and last.offset == 0 and line_bytes(last) == data

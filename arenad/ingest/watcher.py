@@ -42,6 +42,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from arenad.ingest.lines import MAX_LINE_BYTES
 from arenad.ingest.live import LiveLoop
 from arenad.ingest.offsets import (
     FileKey,
@@ -308,6 +309,7 @@ class RunDirWatcher(LiveLoop):
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        max_line: int = MAX_LINE_BYTES,
         clock: Clock | None = wall_clock_ms,
         inotify: bool = True,
         busy_rate: float = DEFAULT_BUSY_RATE,
@@ -332,6 +334,7 @@ class RunDirWatcher(LiveLoop):
         self._max_events = max_batch_events
         self._max_bytes = max_batch_bytes
         self._chunk_size = chunk_size
+        self._max_line = max_line
         self._clock = clock
         self._use_inotify = inotify
         self._busy_rate = busy_rate
@@ -521,6 +524,7 @@ class RunDirWatcher(LiveLoop):
                         mode,
                         self._initial.files.get(key),
                         chunk_size=self._chunk_size,
+                        max_line=self._max_line,
                     )
                     self._tailers[key] = tailer
                     self._order.append(tailer)

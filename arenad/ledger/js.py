@@ -29,8 +29,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 __all__ = [
     "MAX_TIME_MS",
+    "PlainJsonList",
     "iso_ms",
     "js_date_parse",
     "js_number",
@@ -38,6 +41,8 @@ __all__ = [
     "js_round",
     "js_string",
     "js_stringify",
+    "js_stringify_bytes",
+    "js_stringify_indented",
 ]
 
 # Integers beyond this magnitude are not exact in a JS number (a double).
@@ -221,10 +226,152 @@ def _write_array(value: list[Any] | tuple[Any, ...], out: list[str]) -> None:
     out.append("]")
 
 
-def js_stringify(value: Any) -> str:
-    """``JSON.stringify(value)`` (compact). Raises ``TypeError`` for non-JSON values."""
+def _js_stringify_python(value: Any) -> str:
+    """The reference implementation of ``js_stringify``, node by node in Python."""
     out: list[str] = []
     _write(value, out)
+    return "".join(out)
+
+
+class PlainJsonList(list[Any]):
+    """A list its maker vouches for: only dicts whose keys are strs not starting with a
+    digit, lists of the same, strs, bools, None and ints within ±2**53 — no float, no
+    other type. msgspec writes such a value byte for byte as JSON.stringify does, so
+    ``js_stringify`` takes it without walking it (a transcript's messages: the bulk of a
+    ledger). A lone surrogate in a string is still caught: msgspec refuses it."""
+
+
+class _NeedsPython(Exception):
+    """A value msgspec would not write as JSON.stringify does, and that is not worth
+    patching in place (rare: non-str keys, array-index keys, tuples, subclasses)."""
+
+
+def _raw_number(x: int | float) -> msgspec.Raw:
+    return msgspec.Raw(js_number(x).encode())
+
+
+def _msgspec_ready(value: Any) -> Any:
+    """``value`` with every leaf msgspec writes differently from JS replaced by the JS
+    bytes (``msgspec.Raw``): containers on the path to such a leaf are shallow copies,
+    the rest is shared. msgspec writes strings exactly as JSON.stringify does (short
+    escapes, ``\\u00XX`` lowercase, everything else raw) and small ints, bools and null
+    alike; it differs on integral floats (``1.0``), on the exponent form (``1e16``,
+    ``1e-6``), on ints past 2**53 and on NaN/Infinity — so a float is taken as it is
+    only when it is not integral and 1e-5 <= |x| < 1e15, where both print the same
+    shortest digits in plain notation. Raises ``_NeedsPython`` for the rest.
+    """
+    kind = type(value)
+    if kind is dict:
+        return _ready_dict(value)
+    if kind is list:
+        return _ready_list(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        return value if -_MAX_SAFE <= value <= _MAX_SAFE else _raw_number(value)
+    if kind is float:
+        if 1e-5 <= abs(value) < 1e15 and not value.is_integer():
+            return value
+        return _raw_number(value)
+    if isinstance(value, PlainJsonList):
+        return value
+    raise _NeedsPython
+
+
+# Leaves msgspec writes as JSON.stringify does whatever their value: no call for them.
+_PLAIN_LEAVES = frozenset({str, bool, type(None)})
+
+
+def _ready_list(value: list[Any]) -> list[Any]:
+    plain = _PLAIN_LEAVES
+    for i, item in enumerate(value):
+        if type(item) in plain:
+            continue
+        ready = _msgspec_ready(item)
+        if ready is not item:
+            return [*value[:i], ready, *map(_msgspec_ready, value[i + 1 :])]
+    return value
+
+
+def _ready_dict(value: dict[Any, Any]) -> dict[str, Any]:
+    plain = _PLAIN_LEAVES
+    copy: dict[str, Any] | None = None
+    for key, item in value.items():
+        # A key starting with a digit may be an array index, which JS writes first: rare,
+        # so the Python writer takes it ("0" <= key < ":" is exactly "starts with a digit").
+        if type(key) is not str or "0" <= key < ":":
+            raise _NeedsPython
+        ready = item if type(item) in plain else _msgspec_ready(item)
+        if copy is not None:
+            copy[key] = ready
+        elif ready is not item:
+            copy = {}
+            for before, kept in value.items():
+                if before == key:
+                    break
+                copy[before] = kept
+            copy[key] = ready
+    return value if copy is None else copy
+
+
+_encode_json = msgspec.json.Encoder().encode
+
+
+def js_stringify_bytes(value: Any) -> bytes:
+    """The UTF-8 bytes of ``js_stringify(value)``: C speed for the common shapes.
+
+    msgspec writes the value once the few leaves it would write differently are
+    replaced (``_msgspec_ready``); a value it cannot take as it is — and a string with a
+    lone surrogate, which msgspec refuses to encode — goes through the Python writer.
+    """
+    try:
+        return _encode_json(_msgspec_ready(value))
+    except (_NeedsPython, UnicodeEncodeError):
+        return _js_stringify_python(value).encode()
+
+
+def js_stringify(value: Any) -> str:
+    """``JSON.stringify(value)`` (compact). Raises ``TypeError`` for non-JSON values."""
+    return js_stringify_bytes(value).decode()
+
+
+def _write_indented(value: Any, gap: str, level: int, out: list[str]) -> None:
+    if isinstance(value, Mapping):
+        keys = _js_key_order(value)
+        if not keys:
+            out.append("{}")
+            return
+        inner = "\n" + gap * (level + 1)
+        out.append("{")
+        for i, key in enumerate(keys):
+            out.append(inner if i == 0 else "," + inner)
+            out.append(js_string(key))
+            out.append(": ")
+            _write_indented(value[key], gap, level + 1, out)
+        out.append("\n" + gap * level + "}")
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner = "\n" + gap * (level + 1)
+        out.append("[")
+        for i, item in enumerate(value):
+            out.append(inner if i == 0 else "," + inner)
+            _write_indented(item, gap, level + 1, out)
+        out.append("\n" + gap * level + "]")
+    else:
+        _write(value, out)
+
+
+def js_stringify_indented(value: Any, indent: int) -> str:
+    """``JSON.stringify(value, null, indent)``: the run-dir documents' form (result.json,
+    params.json, judge.json are written with an indent of 1). An empty object or array
+    stays ``{}`` / ``[]``; keys, strings and numbers as ``js_stringify`` writes them
+    (``8``, never ``8.0``)."""
+    if not 0 < indent <= 10:  # JS clamps the gap to 10; 0 is the compact form
+        raise ValueError("indent must be 1..10 (use js_stringify for the compact form)")
+    out: list[str] = []
+    _write_indented(value, " " * indent, 0, out)
     return "".join(out)
 
 
@@ -236,8 +383,21 @@ def _refuse_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
+_decode_json = msgspec.json.Decoder().decode
+
+
 def js_parse(text: str) -> Any:
-    """``JSON.parse(text)``; raises ``ValueError`` where JS throws a SyntaxError."""
+    """``JSON.parse(text)``; raises ``ValueError`` where JS throws a SyntaxError.
+
+    msgspec first (several times faster on the small documents a store holds); any text
+    it refuses is read again by ``json``, which decides: msgspec refuses a few documents
+    JSON.parse accepts (a number past the double range, ``1e400`` → Infinity; a lone
+    surrogate escape), and accepts none it refuses, reading the rest to the same value.
+    """
+    try:
+        return _decode_json(text)
+    except (msgspec.DecodeError, RecursionError):
+        pass
     try:
         return _DECODER.decode(text)
     except RecursionError as exc:

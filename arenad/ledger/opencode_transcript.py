@@ -27,12 +27,14 @@ Messages are plain dicts in exactly that key order (ledger bytes are compared).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 
 from arenad.ledger.js import js_parse, js_stringify
+from arenad.ledger.rollout import CheckedChatMessages
 from events.capture import AgentSessionCaptured, MessageRow, PartRow
 
 __all__ = [
@@ -41,11 +43,36 @@ __all__ = [
     "capture_chat_messages",
     "opencode_chat_messages",
     "opencode_session_info",
+    "session_time_created",
 ]
 
 ChatMessage = dict[str, Any]
 
-_DROPPED_PART_TYPES = frozenset({"step-finish", "snapshot", "patch"})
+
+class _ToolState(msgspec.Struct):
+    input: Any = None
+    output: Any = None
+
+
+class _Part(msgspec.Struct):
+    """The keys of a part's data the rules read (others are skipped, not built). A
+    ``state`` that is not an object has no ``input``/``output`` (JS: undefined): None."""
+
+    type: Any = None
+    text: Any = None
+    callID: Any = None  # opencode's key
+    tool: Any = None
+    state: _ToolState | None = None
+
+
+class _MessageData(msgspec.Struct):
+    role: Any = None
+
+
+_decode_part = msgspec.json.Decoder(_Part).decode
+_decode_message = msgspec.json.Decoder(_MessageData).decode
+_encode_json = msgspec.json.Encoder().encode
+_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)
 
 
 def _object_or_none(text: str) -> dict[str, Any] | None:
@@ -56,117 +83,237 @@ def _object_or_none(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _js_prop(value: object, key: str) -> Any:
-    """``value?.[key]`` for a parsed JSON value (only objects have JSON properties)."""
-    return value.get(key) if isinstance(value, dict) else None
+def _part_read_again(text: str) -> _Part | None:
+    """A part's data msgspec refused, read by ``js_parse``, which decides: None when it
+    is not a JSON object (the part is skipped).
+
+    msgspec reads the keys the rules use straight into a struct (the last of duplicate
+    keys wins, as in JSON.parse) and refuses the rest — not an object, not JSON, a
+    ``state`` that is not an object, or a number JSON.parse reads as Infinity.
+    """
+    value = _object_or_none(text)
+    if value is None:
+        return None
+    get = value.get
+    state = get("state")
+    return _Part(
+        type=get("type"),
+        text=get("text"),
+        callID=get("callID"),
+        tool=get("tool"),
+        state=(
+            _ToolState(input=state.get("input"), output=state.get("output"))
+            if isinstance(state, dict)
+            else None
+        ),
+    )
 
 
-def _tool_name(part: dict[str, Any]) -> Any:
-    # ``part.tool ?? "unknown"``: a non-string name is kept as it is, like JS does.
-    name = part.get("tool")
-    return "unknown" if name is None else name
+def _role(text: str) -> Any:
+    """A message's ``role``; None when its data is not a JSON object (it is skipped)."""
+    try:
+        return _decode_message(text).role
+    except _DECODE_ERRORS:
+        pass
+    value = _object_or_none(text)
+    return value.get("role") if value is not None else None
 
 
-def _tool_output(output: object) -> str:
-    if isinstance(output, str):
+def _tool_output(state: _ToolState | None) -> str:
+    output = state.output if state is not None else None
+    if type(output) is str:
         return output
     if output is None:
         return ""
     return js_stringify(output)
 
 
-def _step_messages(step: list[dict[str, Any]]) -> list[ChatMessage]:
-    reasoning = "\n".join(
-        p["text"]
-        for p in step
-        if p.get("type") == "reasoning" and isinstance(p.get("text"), str) and p["text"]
-    )
-    text = "\n".join(
-        p["text"] for p in step if p.get("type") == "text" and isinstance(p.get("text"), str)
-    )
-    tool_parts = [p for p in step if p.get("type") == "tool" and isinstance(p.get("callID"), str)]
-    if not reasoning and not text and not tool_parts:
-        return []
-    assistant: ChatMessage = {"role": "assistant", "content": text if text else None}
-    if reasoning:
-        assistant["reasoning_content"] = reasoning
-    if tool_parts:
-        calls = []
-        for p in tool_parts:
-            arguments = _js_prop(p.get("state"), "input")
-            calls.append(
-                {
-                    "id": p["callID"],
-                    "type": "function",
-                    "function": {
-                        "name": _tool_name(p),
-                        "arguments": js_stringify({} if arguments is None else arguments),
-                    },
-                }
-            )
-        assistant["tool_calls"] = calls
-    out = [assistant]
-    for p in tool_parts:
-        out.append(
+def _arguments(state: _ToolState | None) -> str:
+    """``JSON.stringify(state.input ?? {})``; the usual input — an object of strings under
+    names that are not array indices — straight through msgspec, which writes it alike."""
+    value = state.input if state is not None else None
+    if value is None:
+        return "{}"
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is not str or "0" <= key < ":":
+                return js_stringify(value)
+        try:
+            return str(_encode_json(value), "utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the JS escape
+            return js_stringify(value)
+    return js_stringify(value)
+
+
+def _emit_step(
+    reasoning: list[str], texts: list[str], tools: list[_Part], out: list[ChatMessage]
+) -> bool:
+    """One step's assistant message, then its tool results; nothing for an empty step.
+    False when a tool name is not a str (the transcript cannot be vouched for)."""
+    text = texts[0] if len(texts) == 1 else "\n".join(texts)
+    joined_reasoning = reasoning[0] if len(reasoning) == 1 else "\n".join(reasoning)
+    if not tools:
+        if text:
+            assistant: ChatMessage = {"role": "assistant", "content": text}
+        elif joined_reasoning:
+            assistant = {"role": "assistant", "content": None}
+        else:
+            return True
+        if joined_reasoning:
+            assistant["reasoning_content"] = joined_reasoning
+        out.append(assistant)
+        return True
+    assistant = {"role": "assistant", "content": text if text else None}
+    if joined_reasoning:
+        assistant["reasoning_content"] = joined_reasoning
+    plain = True
+    calls = []
+    results = []
+    for p in tools:
+        name = p.tool
+        if type(name) is not str:
+            # ``part.tool ?? "unknown"``: a non-string name is kept as it is, like JS.
+            if name is None:
+                name = "unknown"
+            else:
+                plain = False
+        call_id = p.callID
+        state = p.state
+        calls.append(
             {
-                "role": "tool",
-                "tool_call_id": p["callID"],
-                "name": _tool_name(p),
-                "content": _tool_output(_js_prop(p.get("state"), "output")),
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": _arguments(state)},
             }
         )
+        output = state.output if state is not None else None
+        results.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": name,
+                "content": output if type(output) is str else _tool_output(state),
+            }
+        )
+    assistant["tool_calls"] = calls
+    out.append(assistant)
+    out.extend(results)
+    return plain
+
+
+_DATA = attrgetter("data")
+
+
+def _parsed(rows: Sequence[PartRow]) -> list[_Part]:
+    """The parts that read as JSON objects, in order (``_part_read_again`` for the few
+    that msgspec refuses)."""
+    try:
+        # map in C: no bytecode per part on the usual path.
+        return list(map(_decode_part, map(_DATA, rows)))
+    except _DECODE_ERRORS:
+        pass
+    out: list[_Part] = []
+    for row in rows:
+        try:
+            out.append(_decode_part(row.data))
+        except _DECODE_ERRORS:
+            part = _part_read_again(row.data)
+            if part is not None:
+                out.append(part)
     return out
 
 
-def _assistant_messages(parts: list[dict[str, Any]]) -> list[ChatMessage]:
-    steps: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
-    for part in parts:
-        kind = part.get("type")
-        if kind == "step-start":
-            if current:
-                steps.append(current)
-            current = []
-        elif kind not in _DROPPED_PART_TYPES:
-            current.append(part)
-    if current:
-        steps.append(current)
-    out: list[ChatMessage] = []
-    for step in steps:
-        out.extend(_step_messages(step))
-    return out
+def _assistant_messages(rows: Sequence[PartRow], out: list[ChatMessage]) -> bool:
+    """The steps of one assistant message (its parts in id order); False as
+    ``_emit_step`` says."""
+    # One pass: a step-start closes the step before it (parts before the first one form
+    # an implicit step); other part types (step-finish, snapshot, patch...) count for
+    # nothing.
+    plain = True
+    reasoning: list[str] = []
+    texts: list[str] = []
+    tools: list[_Part] = []
+    decode = _decode_part
+    for row in rows:
+        try:
+            part = decode(row.data)
+        except _DECODE_ERRORS:
+            again = _part_read_again(row.data)
+            if again is None:
+                continue
+            part = again
+        kind = part.type
+        if kind == "text":
+            if type(part.text) is str:
+                texts.append(part.text)
+        elif kind == "tool":
+            if type(part.callID) is str:
+                tools.append(part)
+        elif kind == "reasoning":
+            if type(part.text) is str and part.text:
+                reasoning.append(part.text)
+        elif kind == "step-start" and (reasoning or texts or tools):
+            plain = _emit_step(reasoning, texts, tools, out) and plain
+            reasoning, texts, tools = [], [], []
+    if reasoning or texts or tools:
+        plain = _emit_step(reasoning, texts, tools, out) and plain
+    return plain
+
+
+def _user_text(rows: Sequence[PartRow]) -> str:
+    texts = [p.text for p in _parsed(rows) if p.type == "text" and type(p.text) is str]
+    return texts[0] if len(texts) == 1 else "\n".join(texts)
+
+
+_BY_TIME_THEN_ID = attrgetter("time_created", "id")
+_BY_MESSAGE_THEN_ID = attrgetter("message_id", "id")
+
+
+def _parts_by_message(parts: Sequence[PartRow]) -> dict[str, list[PartRow]]:
+    """Each message's parts in id order (parts of equal ids keep their order).
+
+    A capture holds them so already (read ``ORDER BY message_id, id``): one pass groups
+    them and checks it, and only parts found out of that order are sorted."""
+    by_message: dict[str, list[PartRow]] = {}
+    current: str | None = None
+    rows: list[PartRow] = []
+    previous = ""
+    for part_row in parts:
+        message_id = part_row.message_id
+        if message_id != current:
+            if message_id in by_message:
+                break  # the message's parts are not together
+            current, previous = message_id, ""
+            rows = by_message[message_id] = []
+        part_id = part_row.id
+        if part_id < previous:
+            break
+        previous = part_id
+        rows.append(part_row)
+    else:
+        return by_message
+    by_message = {}
+    for part_row in sorted(parts, key=_BY_MESSAGE_THEN_ID):
+        by_message.setdefault(part_row.message_id, []).append(part_row)
+    return by_message
 
 
 def opencode_chat_messages(
-    messages: Iterable[MessageRow], parts: Iterable[PartRow]
+    messages: Iterable[MessageRow], parts: Sequence[PartRow]
 ) -> list[ChatMessage]:
     """One session's captured rows as canonical messages (see the module docstring)."""
-    by_message: dict[str, list[PartRow]] = {}
-    for part in parts:
-        by_message.setdefault(part.message_id, []).append(part)
+    by_message = _parts_by_message(parts)
     out: list[ChatMessage] = []
-    for row in sorted(messages, key=lambda m: (m.time_created, m.id)):
-        data = _object_or_none(row.data)
-        if data is None:
-            continue
-        role = data.get("role")
-        if role != "user" and role != "assistant":
-            continue
-        parsed: list[dict[str, Any]] = []
-        for part in sorted(by_message.get(row.id, ()), key=lambda p: p.id):
-            value = _object_or_none(part.data)
-            if value is not None:
-                parsed.append(value)
-        if role == "user":
-            content = "\n".join(
-                p["text"]
-                for p in parsed
-                if p.get("type") == "text" and isinstance(p.get("text"), str)
-            )
-            out.append({"role": "user", "content": content})
-        else:
-            out.extend(_assistant_messages(parsed))
-    return out
+    plain = True
+    for row in sorted(messages, key=_BY_TIME_THEN_ID):
+        role = _role(row.data)
+        if role == "assistant":
+            plain = _assistant_messages(by_message.get(row.id, ()), out) and plain
+        elif role == "user":
+            out.append({"role": "user", "content": _user_text(by_message.get(row.id, ()))})
+    # Built in the schema's shape from strs alone (tool arguments are JSON text): vouched
+    # for, unless a tool name was some other JSON value.
+    return CheckedChatMessages(out) if plain else out
 
 
 def capture_chat_messages(capture: AgentSessionCaptured) -> list[ChatMessage]:
@@ -209,6 +356,11 @@ def _number(value: object) -> int | float:
 def _model_field(model: dict[str, Any] | None, key: str) -> str | None:
     value = model.get(key) if model is not None else None
     return value if isinstance(value, str) else None
+
+
+def session_time_created(row: dict[str, Any]) -> int | float:
+    """``opencode_session_info(row).time_created`` without reading the rest of the row."""
+    return _number(row.get("time_created"))
 
 
 def opencode_session_info(row: dict[str, Any]) -> OpencodeSessionInfo:

@@ -1,40 +1,66 @@
 """The rollout ledger as a pure projection of the event log: the lines of the cells.
 
-``project_cell(records, run_id, stats)`` turns the recorded events of ONE cell (its
-``cell/<id>`` stream plus its ``capture/<id>/<attempt>`` streams) into
-``tangle.rollout.v1`` lines. It reads nothing else: no file, store, clock or random
-source — times come from ``recorded_at_ms``, ids from ``rollout_id`` over stable keys.
-Every line kind is built from the same section builders (``arenad.ledger.lines``).
+``project_cell(cell_id, records, run_id, stats)`` turns the recorded events of ONE cell
+(its ``cell/<id>`` stream, its ``capture/<id>/<attempt>`` streams and, for a supervisor
+cell, its ``ingest/<id>/<attempt>`` streams) into ``tangle.rollout.v1`` lines. It reads
+nothing else: no file, store, clock or random source — times come from
+``recorded_at_ms``, ids from ``rollout_id`` over stable keys. Every line kind is built
+from the same section builders (``arenad.ledger.lines``).
 
-Decisions (the backfill seed brought to the current schema):
+The reference is the swe-arena backfill (``shared/seeds/003``, facts rollout-v1 §5),
+brought to the current schema; where it reads a run-dir file, the same fact is read from
+the event that recorded it:
 
 - One attempt that *ended* (a ``CellRecovered``, or a ``CellFailed`` after a
   ``RunStarted`` of that attempt) gives lines; attempts that never ran give none.
+- Identity: ``candidate_id`` / ``generation`` / ``candidate_index`` of the campaign's
+  candidate (``arenad.ledger.candidate``: its ``[candidate]`` keys, else its name), on
+  every line of the cell.
+- Reward: the attempt's latest ``JudgeVerdictRecorded`` (``score`` when a number, else
+  ``resolved`` as 1/0) — only when the attempt is *scored*: the reference judges only a
+  run that completed (its arm throws on a timeout, an abort or a failed exit, and the
+  cell then has no artifact and no reward). A verdict on an unscored run is kept as the
+  line's ``verdict`` but gives no reward (null, ``reward_source`` null) and no
+  ``resolved``. Workers inherit the reward with ``<judge>/inherited``.
+- ``cost.wall_s`` of the agent and supervisor lines is the run's wall time rounded as
+  JS ``Math.round`` does (the reference's ``wall_s = Math.round(ms / 1000)``).
 - Solo/command cell → one ``agent`` line. Its messages are the captured sessions of
   purpose solo/command in this order: root sessions (no parent among the captured ones)
   by (time_created, id), then the child sessions by (time_created, id), each session's
   transcript concatenated. ``transcript_ref`` names the first root.
-- Supervisor cell → one ``supervisor`` line (brain gap) + one ``worker`` line per
-  captured worker session (deduplicated by session id, ordered by (directory,
-  time_created, id)), then a gap line per ``WorkerCwdUnmatched`` cwd, then — when the
-  store was unavailable — a gap line per recorded worker cwd not otherwise covered (or
-  one line with ``worker_cwd: null`` when no cwd is known).
-- Reward: the latest ``JudgeVerdictRecorded`` of the attempt (``score`` when a number,
-  else ``resolved`` as 1/0), else null with ``reward_source`` null. Workers inherit it
-  with ``<judge>/inherited``.
+- Supervisor cell → one ``supervisor`` line (brain gap), then its ``worker`` lines as
+  the reference joins them: per worker cwd (the recovered ``worker_cwds``, deduplicated,
+  first seen first), one line per captured session of that directory by
+  (time_created, id), or one gap line for a cwd with none (the store unavailable, or no
+  session for it). Captured worker sessions of no listed cwd, and unmatched cwds not
+  listed, follow (by directory). No cwd known, no worker line: never a phantom one.
+- Supervisor figures, from the events that hold them (the reference reads them from
+  result.json and the cell record): ``sup_status``/``sup_verdict``/``spent_*`` from
+  ``SupervisorOutcome`` (else the recovery's figures); ``spawned``, ``workers``
+  (spawned non-root), ``settled`` and ``subtasks`` folded over the ingested journal
+  (``arenad.arms.supervisor_figures``; null when nothing was ingested for the attempt);
+  ``recovered_tokens`` = spent tokens + the workers' store tokens (null unless both are
+  known); ``cost.usd`` = the episode's own receipt, the driver's ``spentUsd`` (null when
+  unknown; the worker lines carry the workers' costs); ``judge_attempts`` /
+  ``judge_wall_s`` from the verdict event, else the verdict document's ``attempts`` /
+  ``wallS``; ``cached`` false (arenad serves no result from a cache: every line is an
+  attempt that ran).
 - ``captured_at`` = the recorded time of the attempt's ``CellRecovered`` (else its
   ``CellFailed``); ``capture`` = ``settle-time``.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from operator import attrgetter
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from arenad.ledger.js import iso_ms, js_round
+from arenad.arms import supervisor_figures as figures
+from arenad.ledger.candidate import cell_candidate
+from arenad.ledger.js import iso_ms, js_parse, js_round
 from arenad.ledger.lines import (
     Artifacts,
     Cost,
@@ -55,17 +81,21 @@ from arenad.ledger.opencode_transcript import (
     OpencodeSessionInfo,
     capture_chat_messages,
     opencode_session_info,
+    session_time_created,
 )
-from arenad.ledger.rollout import rollout_id
+from arenad.ledger.rollout import join_messages, rollout_id
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
-from events.specs import CellSpec, CommandArm, SoloArm, SupervisorArm
+from events.specs import CandidateSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
 __all__ = [
     "BRAIN_GAP",
+    "INGEST_PREFIX",
+    "CellProjection",
     "CellResolution",
     "LedgerStats",
+    "cell_projection",
     "cell_resolution",
     "new_stats",
     "project_cell",
@@ -73,6 +103,8 @@ __all__ = [
 ]
 
 BRAIN_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
+# ``ingest/<cell>/<attempt>``: the lines ingested live from a run (the supervisor's journal).
+INGEST_PREFIX = "ingest/"
 
 
 class _Attempt:
@@ -91,6 +123,8 @@ class _Attempt:
         self.sessions: dict[str, cap.AgentSessionCaptured] = {}
         self.unavailable: cap.AgentStoreUnavailable | None = None
         self.unmatched: list[str] = []
+        # None: nothing was ingested for the attempt (its figures are unknown).
+        self.ingested: list[Recorded] | None = None
 
     @property
     def spend(self) -> ev.SpendFigures | None:
@@ -109,6 +143,11 @@ class _Attempt:
         return self.failed.error if self.failed is not None else None
 
     @property
+    def scored(self) -> bool:
+        """Whether the attempt's result counts (verified as scored)."""
+        return self.verified is not None and self.verified.scored
+
+    @property
     def ended_at_ms(self) -> int | None:
         """When the attempt's lines were settled: its recovery, else its failure after a
         start; None while it has not ended (it gives no line then)."""
@@ -125,8 +164,10 @@ def _split_model(ref: str | None) -> tuple[str | None, str | None]:
     return (provider, model) if sep else (None, ref)
 
 
-def _reward(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Number | None, str | None]:
-    if verdict is None:
+def _reward(a: _Attempt) -> tuple[Number | None, str | None]:
+    """The attempt's reward and its source: none for an unscored attempt (see above)."""
+    verdict = a.verdict
+    if verdict is None or not a.scored:
         return None, None
     if verdict.score is not None:
         return verdict.score, verdict.judge
@@ -136,12 +177,21 @@ def _reward(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Number | None, str
 
 
 def _verdict_value(verdict: ev.JudgeVerdictRecorded | None) -> Any:
+    """The verdict document as JSON.parse reads it; kept as its text when it is not JSON."""
     if verdict is None:
         return None
     try:
-        return json.loads(verdict.verdict_json)
+        return js_parse(verdict.verdict_json)
     except ValueError:
         return verdict.verdict_json
+
+
+_BY_SEQ = attrgetter("seq")
+
+
+def _ingest_attempt(stream: str) -> int | None:
+    attempt = stream.rpartition("/")[2]
+    return int(attempt) if attempt.isascii() and attempt.isdigit() else None
 
 
 def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _Attempt]]:
@@ -151,7 +201,7 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
     def at(n: int) -> _Attempt:
         return attempts.setdefault(n, _Attempt())
 
-    for rec in sorted(records, key=lambda r: r.seq):
+    for rec in sorted(records, key=_BY_SEQ):
         e = rec.event
         match e:
             case ev.CellSubmitted():
@@ -186,11 +236,19 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
                 a = at(e.attempt)
                 if e.cwd not in a.unmatched:
                     a.unmatched.append(e.cwd)
+            case _ if rec.stream.startswith(INGEST_PREFIX):
+                # Ingestion events name no attempt: their stream does.
+                n = _ingest_attempt(rec.stream)
+                if n is not None:
+                    a = at(n)
+                    if a.ingested is None:
+                        a.ingested = []
+                    a.ingested.append(rec)
     return spec, attempts
 
 
 def _time_key(s: cap.AgentSessionCaptured) -> tuple[float, str]:
-    return (float(opencode_session_info(s.row).time_created), s.session_id)
+    return (float(session_time_created(s.row)), s.session_id)
 
 
 # --------------------------------------------------------------------------- sections
@@ -206,32 +264,43 @@ def _task(spec: CellSpec) -> Task:
     )
 
 
-def _head(run_id: str, rid: str, parent: str | None, spec: CellSpec, role: str) -> LineHead:
+def _head(
+    run_id: str,
+    rid: str,
+    parent: str | None,
+    spec: CellSpec,
+    candidate: CandidateSpec | None,
+    role: str,
+) -> LineHead:
     return LineHead(
         rollout_id=rid,
         parent_rollout_id=parent,
         run_id=run_id,
         experiment_id=spec.experiment_id,
+        candidate_id=candidate.id if candidate is not None else None,
+        generation=candidate.generation if candidate is not None else None,
+        candidate_index=candidate.index if candidate is not None else None,
         role=role,
     )
-
-
-def _scored(a: _Attempt) -> bool:
-    return a.verified is not None and a.verified.scored
 
 
 def _timed_out(a: _Attempt) -> bool:
     return isinstance(a.ended, ev.RunTimedOut)
 
 
-def _wall_s(a: _Attempt) -> Number | None:
-    return a.ended.wall_s if a.ended is not None else None
+def _wall_s(a: _Attempt) -> int | None:
+    # The reference's wall_s = Math.round((Date.now() - t0) / 1000): whole seconds, .5 up.
+    wall_s = a.ended.wall_s if a.ended is not None else None
+    return js_round(wall_s) if wall_s is not None and math.isfinite(wall_s) else None
 
 
 def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
-    """``resolved`` then the named CellVerified fields (null when unverified)."""
+    """``resolved`` (a scored attempt's verdict only) then the named CellVerified fields
+    (null when unverified)."""
     v = a.verified
-    out: dict[str, Any] = {"resolved": a.verdict.resolved if a.verdict is not None else None}
+    verdict = a.verdict
+    resolved = verdict.resolved if verdict is not None and a.scored else None
+    out: dict[str, Any] = {"resolved": resolved}
     for key in keys:
         out[key] = getattr(v, key) if v is not None else None
     return out
@@ -240,7 +309,7 @@ def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
 def _run_metrics(a: _Attempt, n: int) -> dict[str, Any]:
     v = a.verified
     return {
-        "scored": _scored(a),
+        "scored": a.scored,
         "not_scored_reason": v.not_scored_reason if v is not None else None,
         "rc": a.ended.rc if a.ended is not None else None,
         "attempt": n,
@@ -251,7 +320,7 @@ def _judged_outcome(
     a: _Attempt, metrics: dict[str, Any], is_completed: bool, is_truncated: bool
 ) -> Outcome:
     """The outcome of a line the attempt's own verdict labels (agent, supervisor)."""
-    reward, source = _reward(a.verdict)
+    reward, source = _reward(a)
     return Outcome(
         reward=reward,
         reward_source=source,
@@ -279,6 +348,8 @@ def _spend_cost(spend: ev.SpendFigures | None, wall_s: Number | None) -> Cost:
 
 def _session_cost(session: cap.AgentSessionCaptured, info: OpencodeSessionInfo) -> Cost:
     row = session.row
+    # Math.round((timeUpdated - timeCreated) / 1000); NaN (unreadable times) is null.
+    wall_ms = float(info.time_updated) - float(info.time_created)
     return Cost(
         usd=number_or_none(row.get("cost")),
         tokens_in=number_or_none(row.get("tokens_input")),
@@ -286,7 +357,7 @@ def _session_cost(session: cap.AgentSessionCaptured, info: OpencodeSessionInfo) 
         tokens_reasoning=number_or_none(row.get("tokens_reasoning")),
         cache_read=number_or_none(row.get("tokens_cache_read")),
         cache_write=number_or_none(row.get("tokens_cache_write")),
-        wall_s=js_round((float(info.time_updated) - float(info.time_created)) / 1000),
+        wall_s=js_round(wall_ms / 1000) if math.isfinite(wall_ms) else None,
     )
 
 
@@ -294,15 +365,19 @@ def _session_cost(session: cap.AgentSessionCaptured, info: OpencodeSessionInfo) 
 
 
 def _agent_line(
-    run_id: str, cell_id: str, n: int, a: _Attempt, spec: CellSpec, captured_at: str
+    run_id: str,
+    cell_id: str,
+    n: int,
+    a: _Attempt,
+    spec: CellSpec,
+    candidate: CandidateSpec | None,
+    captured_at: str,
 ) -> dict[str, Any]:
     sessions = [s for s in a.sessions.values() if s.purpose in ("solo", "command")]
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
-    messages: list[Any] = []
-    for s in [*roots, *children]:
-        messages.extend(capture_chat_messages(s))
+    messages = join_messages(capture_chat_messages(s) for s in [*roots, *children])
     root_id = roots[0].session_id if roots else None
     gap: str | None = None
     if not messages:
@@ -317,8 +392,9 @@ def _agent_line(
     metrics = _verified_metrics(a, "verify_pass", "verify_rc", "patch_lines", "patch_sha256")
     metrics.update(_run_metrics(a, n))
     metrics["sessions"] = len(sessions)
+    rid = rollout_id(run_id, cell_id, n, "agent", root_id)
     return rollout_line(
-        _head(run_id, rollout_id(run_id, cell_id, n, "agent", root_id), None, spec, "agent"),
+        _head(run_id, rid, None, spec, candidate, "agent"),
         _task(spec),
         Policy(
             harness="opencode" if isinstance(arm, SoloArm) else f"command:{arm.name}",
@@ -327,7 +403,7 @@ def _agent_line(
             profile_commit=a.profile_commit,
         ),
         messages,
-        _judged_outcome(a, metrics, is_completed=_scored(a), is_truncated=_timed_out(a)),
+        _judged_outcome(a, metrics, is_completed=a.scored, is_truncated=_timed_out(a)),
         _spend_cost(a.spend, _wall_s(a)),
         Artifacts(
             patch_path=a.verified.patch_path if a.verified is not None else None,
@@ -338,8 +414,31 @@ def _agent_line(
     )
 
 
+def _judge_figures(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Any, Any]:
+    """(judge_attempts, judge_wall_s): the verdict event's, else its document's
+    ``attempts`` / ``wallS`` (the reference's judge.json keys), else null."""
+    if verdict is None:
+        return None, None
+    attempts: Any = verdict.attempts
+    wall_s: Any = verdict.wall_s
+    if attempts is None or wall_s is None:
+        doc = _verdict_value(verdict)
+        if isinstance(doc, dict):
+            if attempts is None:
+                attempts = number_or_none(doc.get("attempts"))
+            if wall_s is None:
+                wall_s = number_or_none(doc.get("wallS"))
+    return attempts, wall_s
+
+
 def _supervisor_line(
-    run_id: str, cell_id: str, n: int, a: _Attempt, spec: CellSpec, captured_at: str
+    run_id: str,
+    cell_id: str,
+    n: int,
+    a: _Attempt,
+    spec: CellSpec,
+    candidate: CandidateSpec | None,
+    captured_at: str,
 ) -> dict[str, Any]:
     arm = spec.arm
     assert isinstance(arm, SupervisorArm)
@@ -352,38 +451,48 @@ def _supervisor_line(
     if spend is not None:
         spent_tokens = spent_tokens if spent_tokens is not None else spend.spent_tokens
         spent_usd = spent_usd if spent_usd is not None else spend.spent_usd
+    worker_tokens = spend.worker_tok_sqlite if spend is not None else None
+    journal = figures.summarize(a.ingested) if a.ingested is not None else None
+    judge_attempts, judge_wall_s = _judge_figures(a.verdict)
     metrics = _verified_metrics(a, "verify_pass", "patch_lines")
     metrics.update(
         {
-            "judge_attempts": None,
-            "judge_wall_s": None,
+            "judge_attempts": judge_attempts,
+            "judge_wall_s": judge_wall_s,
             "spent_tokens": spent_tokens,
             "spent_usd": spent_usd,
-            "recovered_tokens": spend.worker_tok_sqlite if spend is not None else None,
+            # The episode total, spent (brain and spend tree) + the workers' store tokens.
+            "recovered_tokens": (
+                spent_tokens + worker_tokens
+                if spent_tokens is not None and worker_tokens is not None
+                else None
+            ),
             "sup_status": so.status if so is not None else None,
             "sup_verdict": so.verdict if so is not None else None,
-            "spawned": None,
-            "workers": spend.worker_sessions if spend is not None else None,
-            "settled": None,
-            "subtasks": None,
-            "cached": None,
+            "spawned": journal.spawned if journal is not None else None,
+            "workers": journal.workers if journal is not None else None,
+            "settled": journal.settled if journal is not None else None,
+            "subtasks": list(journal.subtasks) if journal is not None else None,
+            "cached": False,
         }
     )
     metrics.update(_run_metrics(a, n))
     error = a.error
+    rid = rollout_id(run_id, cell_id, n, "supervisor", None)
     return rollout_line(
-        _head(run_id, rollout_id(run_id, cell_id, n, "supervisor", None), None, spec, "supervisor"),
+        _head(run_id, rid, None, spec, candidate, "supervisor"),
         _task(spec),
         Policy(harness="pi-loops", model=model, provider=provider, profile_commit=a.profile_commit),
         [],
         _judged_outcome(
             a,
             metrics,
-            is_completed=_scored(a) and error is None,
+            is_completed=a.scored and error is None,
             is_truncated=_timed_out(a) or (so is not None and so.status == "running"),
         ),
-        # The brain's token split is not recorded; the episode's receipt is the cost.
-        Cost(usd=spend.cost_usd if spend is not None else None, wall_s=_wall_s(a)),
+        # The episode's own receipt (the driver's spentUsd); the brain's token split is
+        # not recorded, and the workers' costs are on their own lines.
+        Cost(usd=spent_usd, wall_s=_wall_s(a)),
         Artifacts(
             patch_path=a.verified.patch_path if a.verified is not None else None,
             run_dir=run_dir,
@@ -399,6 +508,7 @@ def _worker_line(
     n: int,
     a: _Attempt,
     spec: CellSpec,
+    candidate: CandidateSpec | None,
     captured_at: str,
     parent: str,
     cwd: str | None,
@@ -407,12 +517,13 @@ def _worker_line(
 ) -> tuple[dict[str, Any], int]:
     messages = capture_chat_messages(session) if session is not None else []
     info = opencode_session_info(session.row) if session is not None else None
-    reward, source = _reward(a.verdict)
+    reward, source = _reward(a)
     key = session.session_id if session is not None else f"cwd:{cwd}"
     if not messages and gap is None and session is not None:
         gap = f"opencode session {session.session_id} has no readable message parts"
+    rid = rollout_id(run_id, cell_id, n, "worker", key)
     line = rollout_line(
-        _head(run_id, rollout_id(run_id, cell_id, n, "worker", key), parent, spec, "worker"),
+        _head(run_id, rid, parent, spec, candidate, "worker"),
         _task(spec),
         Policy(
             harness="opencode",
@@ -448,17 +559,88 @@ def _worker_line(
     return line, len(messages)
 
 
-def project_cell(
+def _worker_entries(a: _Attempt) -> list[tuple[str | None, cap.AgentSessionCaptured | None, str]]:
+    """(cwd, session, gap) of each worker line, in the reference's order (see above)."""
+    by_dir: dict[str, list[cap.AgentSessionCaptured]] = {}
+    for s in sorted((s for s in a.sessions.values() if s.purpose == "worker"), key=_time_key):
+        by_dir.setdefault(s.directory, []).append(s)
+    spend = a.spend
+    cwds = spend.worker_cwds if spend is not None else None
+    if cwds is None and a.ingested is not None:
+        cwds = figures.worker_cwds(a.ingested)
+    listed = list(dict.fromkeys(cwds or ()))
+    entries: list[tuple[str | None, cap.AgentSessionCaptured | None, str]] = []
+    for cwd in listed:
+        sessions = by_dir.pop(cwd, None)
+        if sessions:
+            entries.extend((cwd, s, "") for s in sessions)
+        elif a.unavailable is not None and cwd not in a.unmatched:
+            entries.append(
+                (cwd, None, f"opencode store unavailable; worker cwd {cwd} unrecoverable")
+            )
+        else:
+            entries.append((cwd, None, f"no opencode session found for worker cwd {cwd}"))
+    # What was recorded beyond the listed cwds is kept, never dropped.
+    for directory in sorted(by_dir):
+        entries.extend((directory, s, "") for s in by_dir[directory])
+    for cwd in a.unmatched:
+        if cwd not in listed:
+            entries.append((cwd, None, f"no opencode session found for worker cwd {cwd}"))
+    return entries
+
+
+class CellResolution(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a cell's current attempt stands for its candidate's resolved count."""
+
+    campaign: str
+    candidate: CandidateSpec | None
+    instance_id: str
+    rep: int
+    # resolved/unresolved: a scored attempt's verdict said so; an attempt that failed or
+    # does not count is unresolved (the reference counts a cell with no result so);
+    # pending: not known yet.
+    status: Literal["resolved", "unresolved", "pending"]
+    judge: str | None
+    profile_commit: str | None
+
+
+class CellProjection(NamedTuple):
+    lines: list[dict[str, Any]]
+    resolution: CellResolution | None
+
+
+def _resolution(spec: CellSpec, attempts: dict[int, _Attempt]) -> CellResolution:
+    a = attempts[max(attempts)] if attempts else _Attempt()
+    verdict = a.verdict
+    status: Literal["resolved", "unresolved", "pending"] = "pending"
+    if a.failed is not None or (a.recovered is not None and not a.scored):
+        status = "unresolved"
+    elif a.recovered is not None and verdict is not None and verdict.resolved is not None:
+        status = "resolved" if verdict.resolved else "unresolved"
+    return CellResolution(
+        campaign=spec.campaign,
+        candidate=cell_candidate(spec),
+        instance_id=spec.instance.instance_id,
+        rep=spec.rep,
+        status=status,
+        judge=verdict.judge if verdict is not None and status != "pending" else None,
+        profile_commit=a.profile_commit,
+    )
+
+
+def cell_projection(
     cell_id: str, records: Sequence[Recorded], run_id: str, stats: LedgerStats
-) -> list[dict[str, Any]]:
-    """The lines of one cell, each validated; ``stats`` is updated in place.
+) -> CellProjection:
+    """The lines of one cell, each validated (``stats`` updated in place), and where its
+    current attempt stands for its candidate (None for a cell never submitted).
 
     Raises ``InvalidRolloutLine`` (naming the cell) if a line breaks the schema: a bug.
     """
     spec, attempts = _collect(records)
     lines: list[dict[str, Any]] = []
     if spec is None:
-        return lines
+        return CellProjection(lines, None)
+    candidate = cell_candidate(spec)
     for n in sorted(attempts):
         a = attempts[n]
         if a.unavailable is not None:
@@ -469,79 +651,42 @@ def project_cell(
         captured_at = iso_ms(ended_at_ms)
         ctx = f"cell {cell_id} attempt {n}"
         if not isinstance(spec.arm, SupervisorArm):
-            line = _agent_line(run_id, cell_id, n, a, spec, captured_at)
+            line = _agent_line(run_id, cell_id, n, a, spec, candidate, captured_at)
             count_line(lines, stats, line, f"{ctx} agent line")
             continue
-        sup = _supervisor_line(run_id, cell_id, n, a, spec, captured_at)
+        sup = _supervisor_line(run_id, cell_id, n, a, spec, candidate, captured_at)
         count_line(lines, stats, sup, f"{ctx} supervisor line")
         parent = sup["rollout_id"]
-        workers = sorted(
-            (s for s in a.sessions.values() if s.purpose == "worker"),
-            key=lambda s: (s.directory, *_time_key(s)),
-        )
-        covered = {s.directory for s in workers}
-        for s in workers:
+        for cwd, session, gap in _worker_entries(a):
             line, count = _worker_line(
-                run_id, cell_id, n, a, spec, captured_at, parent, s.directory, s, None
+                run_id,
+                cell_id,
+                n,
+                a,
+                spec,
+                candidate,
+                captured_at,
+                parent,
+                cwd,
+                session,
+                gap or None,
             )
-            stats["workerSessionsJoined" if count else "workerSessionsEmpty"] += 1
-            count_line(lines, stats, line, f"{ctx} worker line")
-        for cwd in a.unmatched:
-            covered.add(cwd)
-            gap = f"no opencode session found for worker cwd {cwd}"
-            line, _ = _worker_line(run_id, cell_id, n, a, spec, captured_at, parent, cwd, None, gap)
-            stats["workerCwdsMissed"] += 1
-            count_line(lines, stats, line, f"{ctx} worker line")
-        if a.unavailable is not None:
-            spend = a.spend
-            known = list(dict.fromkeys(spend.worker_cwds or [])) if spend is not None else []
-            missing: list[str | None] = [c for c in known if c not in covered]
-            if not known:
-                missing = [None]
-            for gap_cwd in missing:
-                gap = (
-                    f"opencode store unavailable; worker cwd {gap_cwd} unrecoverable"
-                    if gap_cwd is not None
-                    else f"opencode store unavailable: {a.unavailable.error}"
-                )
-                line, _ = _worker_line(
-                    run_id, cell_id, n, a, spec, captured_at, parent, gap_cwd, None, gap
-                )
+            if session is None:
                 stats["workerCwdsMissed"] += 1
-                count_line(lines, stats, line, f"{ctx} worker line")
-    return lines
+            else:
+                stats["workerSessionsJoined" if count else "workerSessionsEmpty"] += 1
+            count_line(lines, stats, line, f"{ctx} worker line")
+    return CellProjection(lines, _resolution(spec, attempts))
 
 
-class CellResolution(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a cell's current attempt stands for its candidate's resolved count."""
-
-    campaign: str
-    instance_id: str
-    rep: int
-    # resolved/unresolved: a verdict's ``resolved`` said so, or the attempt failed (the
-    # reference counts a cell with no result as unresolved); pending: not known yet.
-    status: Literal["resolved", "unresolved", "pending"]
-    judge: str | None
-    profile_commit: str | None
+def project_cell(
+    cell_id: str, records: Sequence[Recorded], run_id: str, stats: LedgerStats
+) -> list[dict[str, Any]]:
+    """``cell_projection(...).lines``."""
+    return cell_projection(cell_id, records, run_id, stats).lines
 
 
 def cell_resolution(records: Sequence[Recorded]) -> CellResolution | None:
     """The cell's current (highest) attempt: resolved, unresolved or still pending."""
     spec, attempts = _collect(records)
-    if spec is None:
-        return None
-    a = attempts[max(attempts)] if attempts else _Attempt()
-    verdict = a.verdict
-    status: Literal["resolved", "unresolved", "pending"] = "pending"
-    if a.failed is not None:
-        status = "unresolved"
-    elif a.recovered is not None and verdict is not None and verdict.resolved is not None:
-        status = "resolved" if verdict.resolved else "unresolved"
-    return CellResolution(
-        campaign=spec.campaign,
-        instance_id=spec.instance.instance_id,
-        rep=spec.rep,
-        status=status,
-        judge=verdict.judge if verdict is not None and status != "pending" else None,
-        profile_commit=a.profile_commit,
-    )
+    return _resolution(spec, attempts) if spec is not None else None

@@ -13,9 +13,12 @@ The reference backfill's PROPOSER mapping (fact sheet §5), over events instead 
 - reward: the candidate's resolved fraction when it is known (``CandidateTally``), else
   null with ``reward_source`` null — never 0 for unknown.
 
-Decisions where the reference reads files arenad does not have: the candidate is the
-campaign named ``candidate_id(G, C)`` (``gen<G>-cand<C>``); ``profile_commit`` is the one
-commit its cells recorded (null when none or several); ``patch_path`` is null (arenad
+Decisions where the reference reads files arenad does not have: the candidate's cells are
+those whose campaign's candidate (``arenad.ledger.candidate``: its ``[candidate]`` keys,
+else its name ``gen<G>-cand<C>``) is (G, C), and the line's ``candidate_id`` is the id
+they carry (``gen<G>-cand<C>`` when no cell has it), so proposer and episode lines join
+on it; a cell counts as resolved only when its attempt is scored; ``profile_commit`` is
+the one commit its cells recorded (null when none or several); ``patch_path`` is null (arenad
 keeps no candidate diff); ``instance_count`` is null while the fraction is unknown. A
 receipt that could not be read or parsed still gives its line: ``outcome.error`` and
 ``metrics.receipt_error`` carry the capture error. ``captured_at`` is the later of the
@@ -26,12 +29,12 @@ receipt's and the joined transcript's capture; ``rollout_id`` is a UUIDv5 over
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from arenad.ledger.candidate import candidate_key
 from arenad.ledger.claude_transcript import ClaudeTranscript, claude_transcript
 from arenad.ledger.js import iso_ms, js_date_parse, js_parse, js_round
 from arenad.ledger.lines import (
@@ -71,8 +74,6 @@ JOIN_WINDOW_MS = 120_000
 PROPOSER_SUITE = "swe-arena-proposer"
 DEFAULT_JUDGE = "swe-arena-official-judge"
 
-_CANDIDATE_CAMPAIGN = re.compile(r"gen(0|[1-9][0-9]*)-cand(0|[1-9][0-9]*)", re.ASCII)
-
 
 def js_code_unit_key(s: str) -> bytes:
     """A sort key ordering strings as JS's default sort does (UTF-16 code units)."""
@@ -82,17 +83,10 @@ def js_code_unit_key(s: str) -> bytes:
 # --------------------------------------------------------------------------- candidates
 
 
-def candidate_key(campaign: str) -> tuple[int, int] | None:
-    """The (generation, candidate index) a campaign evaluates, by its name: ``baseline``
-    or ``gen<G>-cand<C>`` (canonical numbers, so two names never share a candidate)."""
-    if campaign == "baseline":
-        return (-1, -1)
-    match = _CANDIDATE_CAMPAIGN.fullmatch(campaign)
-    return (int(match[1]), int(match[2])) if match is not None else None
-
-
 class CandidateOutcome(msgspec.Struct, frozen=True, kw_only=True):
     campaign: str
+    # The id its cells carry (the join key of proposer and episode lines).
+    candidate_id: str
     # Both None while any cell is pending: the fraction is not known.
     resolved_count: int | None
     instance_count: int | None
@@ -107,8 +101,9 @@ class CandidateOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _CampaignTally:
-    def __init__(self, campaign: str) -> None:
+    def __init__(self, campaign: str, candidate_id: str) -> None:
         self.campaign = campaign
+        self.candidate_id = candidate_id
         self.reps = 0
         self.resolved: dict[str, set[int]] = {}
         self.pending = 0
@@ -134,6 +129,7 @@ class _CampaignTally:
         judges = sorted(self.judges)
         return CandidateOutcome(
             campaign=self.campaign,
+            candidate_id=self.candidate_id,
             resolved_count=resolved if known else None,
             instance_count=len(self.resolved) if known else None,
             judge="+".join(judges) if judges else DEFAULT_JUDGE,
@@ -147,14 +143,14 @@ class CandidateTally:
     def __init__(self) -> None:
         self._by_key: dict[tuple[int, int], _CampaignTally] = {}
 
-    @staticmethod
-    def wants(cell_id: str) -> bool:
-        return candidate_key(cell_id.split(":", 1)[0]) is not None
-
     def add(self, cell: CellResolution) -> None:
-        key = candidate_key(cell.campaign)
-        if key is not None:
-            self._by_key.setdefault(key, _CampaignTally(cell.campaign)).add(cell)
+        """Count a cell toward its candidate (a cell with none counts for nothing)."""
+        c = cell.candidate
+        if c is not None:
+            tally = self._by_key.get((c.generation, c.index))
+            if tally is None:
+                tally = self._by_key[(c.generation, c.index)] = _CampaignTally(cell.campaign, c.id)
+            tally.add(cell)
 
     def outcome(self, generation: int, candidate_index: int) -> CandidateOutcome | None:
         tally = self._by_key.get((generation, candidate_index))
@@ -274,7 +270,12 @@ def project_shot(
     t = joined.transcript if joined is not None else None
     stats["proposerShotsJoined" if joined is not None else "proposerShotsMissed"] += 1
 
-    cand_id = candidate_id(e.generation, e.candidate_index)
+    # The id the candidate's cells carry, so proposer and episode lines join on it.
+    cand_id = (
+        candidate.candidate_id
+        if candidate is not None
+        else candidate_id(e.generation, e.candidate_index)
+    )
     reward = candidate.reward if candidate is not None else None
     exit_code = _number(receipt, "exitCode")
     timed_out = receipt.get("timedOut") if receipt is not None else None

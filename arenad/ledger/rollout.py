@@ -31,13 +31,22 @@ strict mode) enforces all four.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from arenad.errors import ArenadError
-from arenad.ledger.js import iso_ms, js_date_parse, js_round, js_stringify
+from arenad.ledger.js import (
+    PlainJsonList,
+    iso_ms,
+    js_date_parse,
+    js_round,
+    js_stringify,
+    js_stringify_bytes,
+)
 
 __all__ = [
     "DECLARED_STEP_KEYS",
@@ -48,6 +57,7 @@ __all__ = [
     "ROLLOUT_ROLES",
     "ROLLOUT_SCHEMA",
     "ROLLOUT_SPLITS",
+    "CheckedChatMessages",
     "GateCheckId",
     "InvalidRolloutLine",
     "assert_minted",
@@ -56,10 +66,12 @@ __all__ = [
     "gate_errors",
     "gate_gamed_outcome",
     "iso_ms",
+    "join_messages",
     "js_round",
     "rollout_id",
     "serialize_ledger",
     "serialize_rollout_line",
+    "serialize_rollout_line_bytes",
     "validate_rollout_line",
 ]
 
@@ -91,6 +103,28 @@ ROLLOUT_ID_NAMESPACE: Final = uuid.UUID("b761e035-a147-512d-9092-45dbea57e1f5")
 
 class InvalidRolloutLine(ArenadError, ValueError):
     """A line that does not validate (a producer defect, not a user mistake)."""
+
+
+class CheckedChatMessages(PlainJsonList):
+    """Chat messages a transcript reader built in the schema's shape, which it vouches
+    for: each a dict with a chat ``role``, ``content`` a str or None, ``reasoning_content``
+    a str when present, ``tool_call_id`` a str on (and only on) ``tool`` messages,
+    ``tool_calls`` a list of ``{id: str, type: "function", function: {name: str,
+    arguments: str}}``, any other key a str — and plain JSON (``PlainJsonList``). The
+    validator does not walk them (they are most of a line); a reader that cannot vouch
+    for a transcript (a tool name that is not a str) returns a plain list, which is."""
+
+
+def join_messages(transcripts: Iterable[list[Any]]) -> list[Any]:
+    """Transcripts one after the other, still vouched for when every one of them was."""
+    parts = list(transcripts)
+    if len(parts) == 1:
+        return parts[0]
+    vouched = all(type(part) is CheckedChatMessages for part in parts)
+    joined: list[Any] = CheckedChatMessages() if vouched else []
+    for part in parts:
+        joined.extend(part)
+    return joined
 
 
 # --------------------------------------------------------------------------- readers
@@ -444,7 +478,17 @@ def _validate_chat_message(value: object, path: str, errors: list[str]) -> None:
             )
 
 
-_Field = tuple[str, Callable[[object], bool], str]
+# (key, the exact types that pass at once, the check deciding any other value, what
+# the message says is expected). The type set spares a call for the usual values.
+_Field = tuple[str, frozenset[type], Callable[[object], bool], str]
+_NONE: Final[type] = type(None)
+_STRING_OR_NULL: Final[frozenset[type]] = frozenset({str, _NONE})
+_NUMBER_OR_NULL: Final[frozenset[type]] = frozenset({int, float, _NONE})
+_NOTHING: Final[frozenset[type]] = frozenset()
+_INT: Final[frozenset[type]] = frozenset({int})
+_BOOL: Final[frozenset[type]] = frozenset({bool})
+_DICT: Final[frozenset[type]] = frozenset({dict})
+_DICT_OR_NULL: Final[frozenset[type]] = frozenset({dict, _NONE})
 
 
 def _validate_section(
@@ -453,8 +497,10 @@ def _validate_section(
     if not isinstance(value, dict):
         errors.append(f"{path}: not an object")
         return
-    for name, check, expect in fields:
-        if not check(_get(value, name)):
+    get = value.get
+    for name, fast, check, expect in fields:
+        v = get(name, _MISSING)
+        if type(v) not in fast and not check(v):
             errors.append(f"{path}.{name}: expected {expect}")
 
 
@@ -462,31 +508,37 @@ def _is_boolean(v: object) -> bool:
     return isinstance(v, bool)
 
 
+@functools.lru_cache(maxsize=256)
+def _is_timestamp(v: str) -> bool:
+    # Every line of an attempt carries the same captured_at: parsed once.
+    return js_date_parse(v) is not None
+
+
 _TASK_FIELDS: Final[tuple[_Field, ...]] = (
-    ("suite", _non_empty_string, "non-empty string"),
-    ("instance_id", _non_empty_string, "non-empty string"),
-    ("split", lambda v: v in ROLLOUT_SPLITS, "one of " + "|".join(ROLLOUT_SPLITS)),
-    ("seed", _number_or_null, "number|null"),
-    ("rep", _is_integer, "integer"),
+    ("suite", _NOTHING, _non_empty_string, "non-empty string"),
+    ("instance_id", _NOTHING, _non_empty_string, "non-empty string"),
+    ("split", _NOTHING, lambda v: v in ROLLOUT_SPLITS, "one of " + "|".join(ROLLOUT_SPLITS)),
+    ("seed", _NUMBER_OR_NULL, _number_or_null, "number|null"),
+    ("rep", _INT, _is_integer, "integer"),
 )
 _POLICY_FIELDS: Final[tuple[_Field, ...]] = (
-    ("harness", _string_or_null, "string|null"),
-    ("harness_version", _string_or_null, "string|null"),
-    ("model", _string_or_null, "string|null"),
-    ("provider", _string_or_null, "string|null"),
-    ("profile_commit", _string_or_null, "string|null"),
-    ("sampling", lambda v: v is None or _is_record(v), "object|null"),
+    ("harness", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("harness_version", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("model", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("provider", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("profile_commit", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("sampling", _DICT_OR_NULL, lambda v: v is None or _is_record(v), "object|null"),
 )
 _OUTCOME_FIELDS: Final[tuple[_Field, ...]] = (
-    ("reward", _number_or_null, "number|null"),
-    ("reward_source", _string_or_null, "string|null"),
-    ("metrics", _is_record, "object"),
-    ("is_completed", _is_boolean, "boolean"),
-    ("is_truncated", _is_boolean, "boolean"),
-    ("error", _string_or_null, "string|null"),
+    ("reward", _NUMBER_OR_NULL, _number_or_null, "number|null"),
+    ("reward_source", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("metrics", _DICT, _is_record, "object"),
+    ("is_completed", _BOOL, _is_boolean, "boolean"),
+    ("is_truncated", _BOOL, _is_boolean, "boolean"),
+    ("error", _STRING_OR_NULL, _string_or_null, "string|null"),
 )
 _COST_FIELDS: Final[tuple[_Field, ...]] = tuple(
-    (name, _number_or_null, "number|null")
+    (name, _NUMBER_OR_NULL, _number_or_null, "number|null")
     for name in (
         "usd",
         "tokens_in",
@@ -498,17 +550,23 @@ _COST_FIELDS: Final[tuple[_Field, ...]] = tuple(
     )
 )
 _ARTIFACT_FIELDS: Final[tuple[_Field, ...]] = (
-    ("patch_path", _string_or_null, "string|null"),
-    ("run_dir", _string_or_null, "string|null"),
-    ("transcript_ref", _string_or_null, "string|null"),
+    ("patch_path", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("run_dir", _STRING_OR_NULL, _string_or_null, "string|null"),
+    ("transcript_ref", _STRING_OR_NULL, _string_or_null, "string|null"),
 )
 _PROVENANCE_FIELDS: Final[tuple[_Field, ...]] = (
     (
         "captured_at",
-        lambda v: isinstance(v, str) and js_date_parse(v) is not None,
+        _NOTHING,
+        lambda v: isinstance(v, str) and _is_timestamp(v),
         "ISO-8601 timestamp",
     ),
-    ("capture", lambda v: v in ROLLOUT_CAPTURES, "one of " + "|".join(ROLLOUT_CAPTURES)),
+    (
+        "capture",
+        _NOTHING,
+        lambda v: v in ROLLOUT_CAPTURES,
+        "one of " + "|".join(ROLLOUT_CAPTURES),
+    ),
 )
 
 
@@ -545,28 +603,29 @@ def validate_rollout_line(line: object) -> list[str]:
     if not isinstance(line, dict):
         return ["line: not an object"]
     errors: list[str] = []
-    if _get(line, "schema") != ROLLOUT_SCHEMA:
+    get = line.get
+    if get("schema", _MISSING) != ROLLOUT_SCHEMA:
         errors.append(f'schema: expected "{ROLLOUT_SCHEMA}"')
-    if not _non_empty_string(_get(line, "rollout_id")):
+    if not _non_empty_string(get("rollout_id", _MISSING)):
         errors.append("rollout_id: expected non-empty string")
-    if not _string_or_null(_get(line, "parent_rollout_id")):
+    if not _string_or_null(get("parent_rollout_id", _MISSING)):
         errors.append("parent_rollout_id: expected string|null")
-    if not _non_empty_string(_get(line, "run_id")):
+    if not _non_empty_string(get("run_id", _MISSING)):
         errors.append("run_id: expected non-empty string")
-    if not _string_or_null(_get(line, "experiment_id")):
+    if not _string_or_null(get("experiment_id", _MISSING)):
         errors.append("experiment_id: expected string|null (the key is required)")
-    if not _string_or_null(_get(line, "candidate_id")):
+    if not _string_or_null(get("candidate_id", _MISSING)):
         errors.append("candidate_id: expected string|null (the key is required)")
-    if not _integer_or_null(_get(line, "generation")):
+    if not _integer_or_null(get("generation", _MISSING)):
         errors.append("generation: expected integer|null")
-    if not _integer_or_null(_get(line, "candidate_index")):
+    if not _integer_or_null(get("candidate_index", _MISSING)):
         errors.append("candidate_index: expected integer|null")
-    role = _get(line, "role")
+    role = get("role", _MISSING)
     if role not in ROLLOUT_ROLES:
         errors.append(f"role: invalid role {_shown(role)}")
 
-    _validate_section(_get(line, "task"), "task", _TASK_FIELDS, errors)
-    policy = _get(line, "policy")
+    _validate_section(get("task", _MISSING), "task", _TASK_FIELDS, errors)
+    policy = get("policy", _MISSING)
     _validate_section(policy, "policy", _POLICY_FIELDS, errors)
     if isinstance(policy, dict):
         for key in ("prompt_hash", "config_hash", "agent_profile_cell_id"):
@@ -574,14 +633,14 @@ def validate_rollout_line(line: object) -> list[str]:
             if v is not _MISSING and not _string_or_null(v):
                 errors.append(f"policy.{key}: expected string|null when present")
 
-    messages = _get(line, "messages")
+    messages = get("messages", _MISSING)
     if not isinstance(messages, list):
         errors.append("messages: expected array")
-    else:
+    elif type(messages) is not CheckedChatMessages:
         for i, message in enumerate(messages):
             _validate_chat_message(message, f"messages[{i}]", errors)
 
-    tool_defs = _get(line, "tool_defs")
+    tool_defs = get("tool_defs", _MISSING)
     if not isinstance(tool_defs, list):
         errors.append("tool_defs: expected array")
     else:
@@ -595,11 +654,11 @@ def validate_rollout_line(line: object) -> list[str]:
             ):
                 errors.append(f'tool_defs[{i}]: must be {{type:"function", function:{{name}}}}')
 
-    steps = _get(line, "steps")
+    steps = get("steps", _MISSING)
     if steps is not _MISSING:
         _validate_steps(steps, errors)
 
-    outcome = _get(line, "outcome")
+    outcome = get("outcome", _MISSING)
     _validate_section(outcome, "outcome", _OUTCOME_FIELDS, errors)
     if isinstance(outcome, dict):
         if "verdict" not in outcome:
@@ -609,18 +668,20 @@ def validate_rollout_line(line: object) -> list[str]:
         screened = _get(outcome, "realness_screened")
         if screened is not _MISSING and not isinstance(screened, bool):
             errors.append("outcome.realness_screened: expected boolean when present")
-        errors.extend(gate_errors(line, "validate_rollout_line"))
+        if outcome.get("realness_gated") is True:
+            # This policy enforces reward-relationship alone, which only a gated line fails.
+            errors.extend(gate_errors(line, "validate_rollout_line"))
 
-    cost = _get(line, "cost")
+    cost = get("cost", _MISSING)
     _validate_section(cost, "cost", _COST_FIELDS, errors)
     if isinstance(cost, dict):
         calls = _get(cost, "llm_call_count")
         if calls is not _MISSING and not _integer_or_null(calls):
             errors.append("cost.llm_call_count: expected integer|null when present")
 
-    _validate_section(_get(line, "artifacts"), "artifacts", _ARTIFACT_FIELDS, errors)
+    _validate_section(get("artifacts", _MISSING), "artifacts", _ARTIFACT_FIELDS, errors)
 
-    provenance = _get(line, "provenance")
+    provenance = get("provenance", _MISSING)
     _validate_section(provenance, "provenance", _PROVENANCE_FIELDS, errors)
     if isinstance(provenance, dict):
         gap = _get(provenance, "gap")
@@ -677,6 +738,11 @@ def serialize_rollout_line(line: Mapping[str, Any]) -> str:
     return js_stringify(line)
 
 
+def serialize_rollout_line_bytes(line: Mapping[str, Any]) -> bytes:
+    """``serialize_rollout_line`` as the UTF-8 bytes a ledger file holds."""
+    return js_stringify_bytes(line)
+
+
 def serialize_ledger(lines: Iterable[Mapping[str, Any]]) -> str:
     """A whole ledger: lines joined by ``\\n`` plus a trailing ``\\n`` when there are any."""
     return "".join(serialize_rollout_line(line) + "\n" for line in lines)
@@ -693,4 +759,17 @@ def rollout_id(*stable_keys: str | int | None) -> str:
     for key in stable_keys:
         if isinstance(key, bool) or not isinstance(key, str | int | type(None)):
             raise TypeError(f"rollout_id keys are str, int or None, not {type(key).__name__}")
-    return str(uuid.uuid5(ROLLOUT_ID_NAMESPACE, js_stringify(list(stable_keys))))
+    return _uuid5(js_stringify_bytes(list(stable_keys)))
+
+
+_NAMESPACE_BYTES: Final = ROLLOUT_ID_NAMESPACE.bytes
+
+
+def _uuid5(name: bytes) -> str:
+    """``str(uuid.uuid5(ROLLOUT_ID_NAMESPACE, name))`` (RFC 4122 §4.3), without the UUID
+    object: the stdlib's costs ~20 µs a call, a tenth of a cell's projection."""
+    b = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name, usedforsecurity=False).digest()[:16])
+    b[6] = (b[6] & 0x0F) | 0x50  # version 5
+    b[8] = (b[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

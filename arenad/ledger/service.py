@@ -1,60 +1,124 @@
-"""The ledger's I/O edge: open the store, read one cell's streams at a time, call the pure
-projection (``arenad.ledger.project``), write the ledger atomically; record a verdict."""
+"""The ledger's I/O edge: open the store, read the cells' streams a batch at a time, call
+the pure projection (``arenad.ledger.project``), write the ledger atomically; record a
+verdict.
+
+Run ids. A line's ``run_id`` is ``--run-id`` when given; else it is derived from the
+log alone and never changes once the log has begun:
+
+- a cell line: ``arenad:<home id>:<campaign>``, so it depends on the cell's campaign and
+  the home, never on which other campaigns the home holds (submitting one changes no
+  other campaign's ids);
+- a proposer line: ``arenad:<home id>`` (a shot belongs to the home's improvement loop,
+  not to one campaign);
+- the home id: the first 16 hex digits of the hash of the log's first row (the chain
+  hash ``arenad.store.chain`` keeps for every row: fixed once written, and the chain
+  proves it unchanged). No home-id event is needed; a log without rows has no lines.
+
+Rollout ids are UUIDv5s over (run_id, cell, attempt, role, session), so they are stable
+exactly as long as the run id is: for ever by default.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import gc
 import os
 import stat
 import tempfile
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from arenad.cell.machine import next_status
 from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.ledger.project import LedgerStats, cell_resolution, new_stats, project_cell
+from arenad.ledger.project import LedgerStats, cell_projection, new_stats
 from arenad.ledger.proposer import (
     CandidateTally,
     CapturedTranscript,
     captured_transcript,
     project_shot,
 )
-from arenad.ledger.rollout import assert_rollout_line, serialize_rollout_line
+from arenad.ledger.rollout import (
+    assert_rollout_line,
+    serialize_rollout_line_bytes,
+)
 from arenad.proposer.layout import SHOT_PREFIX, TRANSCRIPT_PREFIX, claude_project_slug
 from arenad.store.base import EventStore
+from arenad.store.chain import GENESIS, row_hash
+from arenad.store.sqlite import SqliteEventStore
 from arenad.verdict.judge import VerdictError, parse_verdict
 from events.base import Recorded
 from events.capture import ProposerShotCaptured
-from events.cell import JudgeVerdictRecorded
-from events.codec import event_tag_of_type
-from events.streams import CELL, attempt_prefixes, cell_of, cell_stream
+from events.cell import CellSubmitted, JudgeVerdictRecorded
+from events.codec import encode_event, event_tag_of_type
+from events.specs import SupervisorArm
+from events.streams import CELL, capture_stream, cell_of, cell_stream, ingest_stream
 
 __all__ = [
     "default_run_id",
+    "home_id",
     "project_ledger",
     "project_store",
     "record_verdict",
     "write_ledger_atomically",
 ]
 
-
-T = TypeVar("T")
-
-
-def default_run_id(cell_ids: Sequence[str]) -> str:
-    """``arenad:<campaign>[+<campaign>…]`` over every cell in the log (sorted, deduplicated)."""
-    campaigns = sorted({c.split(":", 1)[0] for c in cell_ids})
-    return "arenad:" + "+".join(campaigns) if campaigns else "arenad:empty"
+# Cells read per query: one round trip per batch instead of two per cell, while memory
+# stays bounded by a batch (two, with the one read ahead), whatever the log's size.
+READ_BATCH_CELLS = 32
 
 
-async def _cell_records(store: EventStore, cell_id: str) -> list[Recorded]:
-    streams = [cell_stream(cell_id), *await store.streams(attempt_prefixes(cell_id)[1])]
-    return await store.read_streams(streams)
+def default_run_id(home_id: str, campaign: str | None = None) -> str:
+    """The default ``run_id`` of a campaign's lines, or of the proposer lines (None)."""
+    return f"arenad:{home_id}" if campaign is None else f"arenad:{home_id}:{campaign}"
+
+
+async def home_id(store: EventStore) -> str:
+    """The home's id (see the module docstring); ``empty`` for a log with no row yet."""
+    if isinstance(store, SqliteEventStore):
+        rows = list(
+            await store.connection.execute_fetchall("SELECT hash FROM events ORDER BY seq LIMIT 1")
+        )
+        return bytes(rows[0][0]).hex()[:16] if rows else "empty"
+    # A store that keeps no hashes (the in-memory one): the hash the chain would give it.
+    rows_after = store.read_all(0, batch_size=1)
+    try:
+        first = await anext(rows_after, None)
+    finally:
+        aclose = getattr(rows_after, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if first is not None:
+        digest = row_hash(
+            GENESIS,
+            first.seq,
+            first.stream,
+            first.version,
+            first.tag,
+            first.schema_version,
+            first.recorded_at_ms,
+            encode_event(first.event),
+        )
+        return digest.hex()[:16]
+    return "empty"
+
+
+def _campaign_of(cell_id: str) -> str:
+    return cell_id.split(":", 1)[0]
+
+
+def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
+    """Ledger order: campaign, instance, arm, then rep as a number (rep 2 before rep 10).
+
+    A cell id is ``campaign:instance:arm:rep`` (``events.specs.cell_id``); an id of any
+    other shape sorts by itself, first in its campaign."""
+    parts = cell_id.split(":")
+    if len(parts) == 4 and parts[3].isascii() and parts[3].isdigit():
+        return (parts[0], parts[1], parts[2], int(parts[3]), "")
+    return (parts[0], "", "", -1, cell_id)
 
 
 async def _latest(store: EventStore, stream: str) -> Recorded:
@@ -68,73 +132,222 @@ async def _project_transcripts(store: EventStore, slug: str) -> list[CapturedTra
     return [captured_transcript(await _latest(store, s)) for s in streams]
 
 
-async def project_store(
-    store: EventStore, out: Path, cells: Sequence[str] = (), run_id: str | None = None
-) -> LedgerStats:
-    """Project ``store`` into ``out``: every cell's lines, then (without a ``cells``
-    filter) one proposer line per captured shot receipt.
+class _LedgerFile:
+    """The ledger's lines streamed to a temporary file beside it, renamed over it at the
+    end (``write_ledger_atomically``'s contract, for a producer that writes as it goes)."""
 
-    Memory is bounded by one cell (or one worktree's transcripts), never the log: cells
-    are read one at a time and lines stream to the file as they are made.
+    def __init__(self, path: Path) -> None:
+        self.target = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        self.out = os.fdopen(fd, "wb")
+        self.count = 0
+
+    def write(self, line: Mapping[str, Any]) -> None:
+        self.out.write(serialize_rollout_line_bytes(line))
+        self.out.write(b"\n")
+        self.count += 1
+
+    def commit(self) -> int:
+        out = self.out
+        # mkstemp makes the file 0600; a ledger keeps the mode it had, else 0644.
+        try:
+            mode = stat.S_IMODE(self.target.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+        os.fchmod(out.fileno(), mode)
+        out.flush()
+        os.fsync(out.fileno())
+        out.close()
+        os.replace(self.tmp, self.target)
+        dir_fd = os.open(self.target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return self.count
+
+    def discard(self) -> None:
+        self.out.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cycle collector off while a projection runs.
+
+    A projection allocates millions of small acyclic objects (decoded events, parsed
+    parts, messages) that reference counting frees batch by batch; the collector would
+    only keep re-scanning them, and cost a sixth of the projection (measured on
+    ``bench.ledger``). Whatever cycle is made meanwhile is collected once it is back on.
     """
-    all_cells = sorted(cell_of(s) for s in await store.streams(CELL))
-    chosen = sorted(set(cells)) if cells else all_cells
-    unknown = [c for c in chosen if c not in set(all_cells)]
-    if unknown:
-        raise UserError(f"no such cell: {unknown[0]}")
-    rid = run_id if run_id else default_run_id(all_cells)
-    with_proposers = not cells
-    stats = new_stats()
-    loop = asyncio.get_running_loop()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    def wait(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    def lines() -> Iterator[dict[str, Any]]:
-        candidates = CandidateTally()
-        for cid in chosen:
-            records = wait(_cell_records(store, cid))
-            yield from project_cell(cid, records, rid, stats)
-            if with_proposers and candidates.wants(cid):
-                resolution = cell_resolution(records)
-                if resolution is not None:
-                    candidates.add(resolution)
-        if not with_proposers:
-            return
-        # Proposer lines last, by receipt path; the shots of one worktree are adjacent,
-        # so its parsed transcripts are kept for the next shot and then dropped.
-        slug: str | None = None
-        transcripts: list[CapturedTranscript] = []
-        for stream in wait(store.streams(SHOT_PREFIX)):
-            shot = wait(_latest(store, stream))
-            event = shot.event
-            assert isinstance(event, ProposerShotCaptured)
-            wanted = claude_project_slug(event.worktree) if event.worktree is not None else None
-            if wanted != slug:
-                slug = wanted
-                transcripts = wait(_project_transcripts(store, slug)) if slug is not None else []
-            candidate = candidates.outcome(event.generation, event.candidate_index)
-            yield project_shot(shot, transcripts, candidate, rid, stats)
+def _attempts(records: Iterable[Recorded]) -> list[int]:
+    """The attempts a cell stream names (the ones whose capture streams can matter: a
+    capture of an attempt its cell never opened gives no line)."""
+    found: set[int] = set()
+    for rec in records:
+        attempt = getattr(rec.event, "attempt", None)
+        if type(attempt) is int:
+            found.add(attempt)
+    return sorted(found)
 
-    # Every line was validated as it was made (naming its cell or shot): not twice.
-    await asyncio.to_thread(
-        functools.partial(write_ledger_atomically, validate=False), out, lines()
+
+async def _read_cells(store: EventStore, cell_ids: Sequence[str]) -> dict[str, list[Recorded]]:
+    """The records of a batch of cells (their cell and capture streams), by cell.
+
+    The cell streams (small events) in one query, then each capture stream of the
+    attempts they name on its own, all asked at once: a capture stream is read in its
+    index order, where a query over several streams in log order would have SQLite sort
+    (copy) every big capture. No stream list of the whole log is kept: memory stays that
+    of a batch."""
+    by_cell: dict[str, list[Recorded]] = {c: [] for c in cell_ids}
+    for rec in await store.read_streams([cell_stream(c) for c in cell_ids]):
+        by_cell[cell_of(rec.stream)].append(rec)
+    capture_streams = [(c, capture_stream(c, n)) for c in cell_ids for n in _attempts(by_cell[c])]
+    captured = await asyncio.gather(*(store.read_stream(s) for _, s in capture_streams))
+    for (c, _), records in zip(capture_streams, captured, strict=True):
+        by_cell[c].extend(records)
+    return by_cell
+
+
+def _is_supervisor_cell(records: Sequence[Recorded]) -> bool:
+    return any(
+        isinstance(r.event, CellSubmitted) and isinstance(r.event.spec.arm, SupervisorArm)
+        for r in records
     )
+
+
+async def project_store(
+    store: EventStore,
+    out: Path,
+    cells: Sequence[str] = (),
+    run_id: str | None = None,
+    campaign: str | None = None,
+) -> LedgerStats:
+    """Project ``store`` into ``out``: every cell's lines, then (without a ``cells`` or
+    ``campaign`` filter) one proposer line per captured shot receipt.
+
+    ``campaign`` projects that campaign's cells alone, reading no other campaign's
+    streams; its lines are byte for byte those the whole ledger holds for it.
+
+    Memory is bounded by a batch of cells (or one supervisor cell's ingested lines, or
+    one worktree's transcripts), never the log: cells are read ``READ_BATCH_CELLS`` at a
+    time, the next batch while this one is projected, and lines go to the file as they
+    are made.
+    """
+    scope = f"{campaign}:" if campaign is not None else ""
+    all_cells = [cell_of(s) for s in await store.streams(CELL + scope)]
+    if campaign is not None and not all_cells:
+        raise UserError(f"no such campaign: {campaign}")
+    known = set(all_cells)
+    unknown = sorted(c for c in set(cells) if c not in known)
+    if unknown:
+        where = f" in campaign {campaign}" if campaign is not None else ""
+        raise UserError(f"no such cell{where}: {unknown[0]}")
+    chosen = sorted(set(cells) if cells else known, key=_cell_order)
+    home = await home_id(store) if not run_id else ""
+    run_ids: dict[str, str] = {}
+    with_proposers = not cells and campaign is None
+    stats = new_stats()
+    ledger = _LedgerFile(out)
+    try:
+        with _no_cycle_collection():
+            candidates = CandidateTally()
+            batches = [
+                chosen[i : i + READ_BATCH_CELLS] for i in range(0, len(chosen), READ_BATCH_CELLS)
+            ]
+            ahead = asyncio.ensure_future(_read_cells(store, batches[0])) if batches else None
+            for i, batch in enumerate(batches):
+                assert ahead is not None
+                records = await ahead
+                ahead = (
+                    asyncio.ensure_future(_read_cells(store, batches[i + 1]))
+                    if i + 1 < len(batches)
+                    else None
+                )
+                for cid in batch:
+                    cell_records = records[cid]
+                    if _is_supervisor_cell(cell_records):
+                        # A supervisor's figures are folded over its ingested journal: read
+                        # for this cell alone (a long run ingests many lines).
+                        for n in _attempts(cell_records):
+                            cell_records.extend(await store.read_stream(ingest_stream(cid, n)))
+                    c = _campaign_of(cid)
+                    rid = run_id or run_ids.setdefault(c, default_run_id(home, c))
+                    lines, resolution = cell_projection(cid, cell_records, rid, stats)
+                    for line in lines:
+                        ledger.write(line)
+                    if with_proposers and resolution is not None:
+                        candidates.add(resolution)
+                    # Let the read ahead move on (its replies wait for the loop) while
+                    # the rest of this batch is projected.
+                    await asyncio.sleep(0)
+            if with_proposers:
+                await _proposer_lines(
+                    store, ledger, candidates, run_id or default_run_id(home), stats
+                )
+        # Every line was validated as it was made (naming its cell or shot): not twice.
+        await asyncio.to_thread(ledger.commit)
+    except BaseException:
+        ledger.discard()
+        raise
     return stats
 
 
+async def _proposer_lines(
+    store: EventStore,
+    ledger: _LedgerFile,
+    candidates: CandidateTally,
+    run_id: str,
+    stats: LedgerStats,
+) -> None:
+    """Proposer lines last, by receipt path; the shots of one worktree are adjacent, so
+    its parsed transcripts are kept for the next shot and then dropped."""
+    slug: str | None = None
+    transcripts: list[CapturedTranscript] = []
+    for stream in await store.streams(SHOT_PREFIX):
+        shot = await _latest(store, stream)
+        event = shot.event
+        assert isinstance(event, ProposerShotCaptured)
+        wanted = claude_project_slug(event.worktree) if event.worktree else None
+        if wanted != slug:
+            slug = wanted
+            transcripts = await _project_transcripts(store, slug) if slug else []
+        candidate = candidates.outcome(event.generation, event.candidate_index)
+        ledger.write(project_shot(shot, transcripts, candidate, run_id, stats))
+
+
 async def project_ledger(
-    home: Home, out: Path, cells: Sequence[str] = (), run_id: str | None = None
+    home: Home,
+    out: Path,
+    cells: Sequence[str] = (),
+    run_id: str | None = None,
+    campaign: str | None = None,
 ) -> LedgerStats:
     async with open_store(home) as store:
-        return await project_store(store, out, cells, run_id)
+        return await project_store(store, out, cells, run_id, campaign)
 
 
 def _read_verdict(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 ({exc.reason})") from None
 
 
 async def record_verdict(home: Home, cell_id: str, path: Path) -> JudgeVerdictRecorded:
@@ -177,34 +390,13 @@ def write_ledger_atomically(
     existing ledger is left untouched. Framing is agent-eval's: one line per row, a
     trailing newline when there is at least one row, an empty file for none.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    count = 0
+    ledger = _LedgerFile(Path(path))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            # mkstemp makes the file 0600; a ledger keeps the mode it had, else 0644.
-            try:
-                mode = stat.S_IMODE(target.stat().st_mode)
-            except FileNotFoundError:
-                mode = 0o644
-            os.fchmod(out.fileno(), mode)
-            for line in lines:
-                if validate:
-                    assert_rollout_line(line, f"rollout line [{count}]")
-                out.write(serialize_rollout_line(line))
-                out.write("\n")
-                count += 1
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp_name, target)
+        for line in lines:
+            if validate:
+                assert_rollout_line(line, f"rollout line [{ledger.count}]")
+            ledger.write(line)
+        return ledger.commit()
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
+        ledger.discard()
         raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return count

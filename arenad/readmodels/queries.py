@@ -56,21 +56,54 @@ async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None
     return decode_state(rows[0][0]) if rows else None
 
 
+async def cell_states(db: aiosqlite.Connection, cell_ids: Sequence[str]) -> dict[str, CellState]:
+    found: dict[str, CellState] = {}
+    for i in range(0, len(cell_ids), 500):
+        chunk = list(cell_ids[i : i + 500])
+        marks = ",".join("?" * len(chunk))
+        for cell_id, blob in await db.execute_fetchall(
+            f"SELECT cell_id, state_json FROM cells WHERE cell_id IN ({marks})", chunk
+        ):
+            found[str(cell_id)] = decode_state(blob)
+    return found
+
+
+async def campaign_state_counts(
+    db: aiosqlite.Connection,
+) -> list[tuple[str, str, int, int]]:
+    rows = await db.execute_fetchall(
+        "SELECT campaign, state, COUNT(*), MAX(updated_at_ms) FROM cells"
+        " GROUP BY campaign, state ORDER BY 1, 2"
+    )
+    return [(str(c), str(s), int(n), int(u)) for c, s, n, u in rows]
+
+
 # Literal, not bound parameters: SQLite uses the partial index cells_runnable
 # (migrations/0003) only when the query repeats its WHERE clause term for term.
 RUNNABLE_WHERE = "state NOT IN ('failed', 'recovered') AND paused = 0"
 
 
 async def runnable_cells(
-    db: aiosqlite.Connection, *, exclude: Sequence[str] = (), limit: int | None = None
+    db: aiosqlite.Connection,
+    *,
+    exclude: Sequence[str] = (),
+    limit: int | None = None,
+    hold_campaigns: Sequence[str] = (),
 ) -> list[tuple[str, str]]:
     """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
-    oldest first, but those in ``exclude`` (already running), at most ``limit``."""
+    oldest first, but those in ``exclude`` (already running), at most ``limit``; of the
+    ``hold_campaigns``, only cells whose run started."""
     sql = f"SELECT cell_id, campaign FROM cells WHERE {RUNNABLE_WHERE}"
     params: list[object] = []
     if exclude:
         sql += f" AND cell_id NOT IN ({','.join('?' * len(exclude))})"
         params += list(exclude)
+    if hold_campaigns:
+        sql += (
+            f" AND NOT (campaign IN ({','.join('?' * len(hold_campaigns))})"
+            " AND state IN ('submitted', 'materialized'))"
+        )
+        params += list(hold_campaigns)
     sql += " ORDER BY submitted_at_ms, cell_id"
     if limit is not None:
         sql += " LIMIT ?"

@@ -14,21 +14,29 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from arenad.cell.machine import TERMINAL, CellState, fold
+from arenad.cell.machine import TERMINAL, CellState, CellStatus, fold
 from arenad.readmodels import queries
 from arenad.readmodels.cells import COLUMNS, STATUS_COLUMNS, row_of, state_reason
 from arenad.store.base import EventStore
 from arenad.store.sqlite import SqliteEventStore
 from events.streams import CELL, cell_stream
 
+# States whose run has not started: what a campaign at its spend cap keeps from starting.
+NOT_STARTED = frozenset({CellStatus.SUBMITTED, CellStatus.MATERIALIZED})
+
 
 class CellsView(abc.ABC):
     @abc.abstractmethod
     async def runnable(
-        self, *, exclude: Sequence[str] = (), limit: int | None = None
+        self,
+        *,
+        exclude: Sequence[str] = (),
+        limit: int | None = None,
+        hold_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
         """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
-        oldest first, but those in ``exclude`` (already running), at most ``limit``."""
+        oldest first, but those in ``exclude`` (already running), at most ``limit``. Of the
+        ``hold_campaigns`` (at their spend cap) only cells whose run started are listed."""
 
     @abc.abstractmethod
     async def counts(self) -> list[tuple[str, int]]:
@@ -45,15 +53,40 @@ class CellsView(abc.ABC):
     async def state(self, cell_id: str) -> CellState | None:
         """The cell's state, or None for a cell never submitted."""
 
+    async def states(self, cell_ids: Sequence[str]) -> dict[str, CellState]:
+        """The states of those of ``cell_ids`` that were submitted (a batch of lookups)."""
+        found = {}
+        for cell_id in cell_ids:
+            state = await self.state(cell_id)
+            if state is not None:
+                found[cell_id] = state
+        return found
+
+    async def campaign_counts(self) -> list[tuple[str, str, int, int]]:
+        """(campaign, state, number of cells, their latest update in ms), by campaign then
+        state."""
+        tally: dict[tuple[str, str], tuple[int, int]] = {}
+        for row in await self.rows():
+            key = (str(row["campaign"]), str(row["state"]))
+            n, last = tally.get(key, (0, 0))
+            tally[key] = (n + 1, max(last, int(row["updated_at_ms"])))
+        return [(c, s, n, last) for (c, s), (n, last) in sorted(tally.items())]
+
 
 class SqliteCellsView(CellsView):
     def __init__(self, store: SqliteEventStore) -> None:
         self._store = store
 
     async def runnable(
-        self, *, exclude: Sequence[str] = (), limit: int | None = None
+        self,
+        *,
+        exclude: Sequence[str] = (),
+        limit: int | None = None,
+        hold_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
-        return await queries.runnable_cells(self._store.connection, exclude=exclude, limit=limit)
+        return await queries.runnable_cells(
+            self._store.connection, exclude=exclude, limit=limit, hold_campaigns=hold_campaigns
+        )
 
     async def counts(self) -> list[tuple[str, int]]:
         return await queries.state_counts(self._store.connection)
@@ -65,6 +98,12 @@ class SqliteCellsView(CellsView):
 
     async def state(self, cell_id: str) -> CellState | None:
         return await queries.cell_state(self._store.connection, cell_id)
+
+    async def states(self, cell_ids: Sequence[str]) -> dict[str, CellState]:
+        return await queries.cell_states(self._store.connection, cell_ids)
+
+    async def campaign_counts(self) -> list[tuple[str, str, int, int]]:
+        return await queries.campaign_state_counts(self._store.connection)
 
 
 class FoldedCellsView(CellsView):
@@ -82,13 +121,21 @@ class FoldedCellsView(CellsView):
         return states
 
     async def runnable(
-        self, *, exclude: Sequence[str] = (), limit: int | None = None
+        self,
+        *,
+        exclude: Sequence[str] = (),
+        limit: int | None = None,
+        hold_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
         skip = set(exclude)
+        held = set(hold_campaigns)
         found = sorted(
             (s.submitted_at_ms, s.cell_id, s.spec.campaign)
             for s in await self._states()
-            if s.status not in TERMINAL and not s.paused and s.cell_id not in skip
+            if s.status not in TERMINAL
+            and not s.paused
+            and s.cell_id not in skip
+            and not (s.spec.campaign in held and s.status in NOT_STARTED)
         )
         return [(cell_id, campaign) for _, cell_id, campaign in found[:limit]]
 

@@ -32,10 +32,11 @@ Decisions (where the issue is silent):
   for solo and command arms ``spend.cost_usd`` of its ``CellRecovered`` (the captured
   opencode sessions); for a supervisor, its own whole-tree total (``spend.spent_usd``,
   else the ``SupervisorOutcome``'s ``spent_usd``), because the captured sessions are only
-  its workers and would undercount it against a solo arm. Totals (``cost_usd``, ``tokens_in``,
-  ``tokens_out``) are null as soon as one run's figure is unknown; the sum of the known
-  figures and the count of unknown runs are given beside them. Tokens are the captured
-  sessions' (for a supervisor, its workers': the driver's tokens are not split in/out).
+  its workers and would undercount it against a solo arm (:mod:`arenad.cell.spend`).
+  Totals (``cost_usd``, ``tokens_in``, ``tokens_out``) are null as soon as one run's
+  figure is unknown; the sum of the known figures and the count of unknown runs are given
+  beside them. Tokens are the captured sessions' (for a supervisor, its workers': the
+  driver's tokens are not split in/out).
   ``mean_cost_usd`` is per run; ``cost_per_resolved`` is the total over resolved cells.
 - **Wall time** (median, p90 by linear interpolation) is over the runs that ended with
   a known ``wall_s``.
@@ -66,6 +67,7 @@ from typing import Literal
 import msgspec
 
 from arenad.cell.machine import CellState, fold
+from arenad.cell.spend import run_cost
 from arenad.report.stats import bootstrap_mean_ci, mcnemar_exact, pass_at_k, quantile, wilson
 from events import cell as ev
 from events.base import Recorded
@@ -222,12 +224,7 @@ def _outcome(state: CellState) -> tuple[Outcome, bool]:
 
 
 def _cost(kind: str, run: _Run) -> float | None:
-    spend = run.recovered.spend if run.recovered is not None else None
-    if kind == "supervisor":
-        if spend is not None and spend.spent_usd is not None:
-            return spend.spent_usd
-        return run.supervisor.spent_usd if run.supervisor is not None else None
-    return spend.cost_usd if spend is not None else None
+    return run_cost(kind, run.recovered, run.supervisor)
 
 
 def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:

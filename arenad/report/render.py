@@ -22,7 +22,7 @@ from rich.text import Text
 
 from arenad.report.project import ArmReport, MatrixCell, PairReport, Report, SpendPoint
 
-__all__ = ["html_page", "json_bytes", "terminal"]
+__all__ = ["HTML_PAGE_CSP", "html_body", "html_css", "html_page", "json_bytes", "terminal", "utc"]
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 
@@ -396,22 +396,27 @@ def _html_grid(grid: Grid) -> str:
     return "".join(out)
 
 
-def html_page(report: Report) -> bytes:
-    """The report as one self-contained HTML page (UTF-8)."""
+# The page's own policy: nothing but its inline style and data: images.
+HTML_PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def html_css() -> str:
+    """The report's stylesheet (the page inlines it; ``arenad view`` serves it)."""
+    return _CSS
+
+
+def html_body(report: Report) -> str:
+    """The report's figures as HTML (heading, plots, tables, notes): what goes inside the
+    page's body, and what ``arenad view`` shows at /report."""
     arms = report.arms
     names = ", ".join(report.campaigns) or "(none)"
     sections = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta http-equiv="Content-Security-Policy"'
-        " content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">",
-        f"<title>arenad report: {_e(names)}</title><style>{_CSS}</style></head><body>",
         "<h1>arenad report</h1>",
         f"<p>Campaigns: {_e(names)}. Computed from the event log only.</p>",
     ]
     if not arms:
-        sections.append('<p class="note">No cells.</p></body></html>')
-        return "\n".join(sections).encode()
+        sections.append('<p class="note">No cells.</p>')
+        return "\n".join(sections)
     grids = [_outcomes(arms), _spend(arms)]
     if report.pairs:
         grids.append(_pairs(report.pairs))
@@ -431,6 +436,19 @@ def html_page(report: Report) -> bytes:
         " exact McNemar (sign) test on the discordant instances; the interval is a"
         f" percentile bootstrap over instances ({report.bootstrap_resamples} resamples,"
         f" seed {report.bootstrap_seed}).</p>",
+    ]
+    return "\n".join(sections)
+
+
+def html_page(report: Report) -> bytes:
+    """The report as one self-contained HTML page (UTF-8)."""
+    names = ", ".join(report.campaigns) or "(none)"
+    sections = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{HTML_PAGE_CSP}">',
+        f"<title>arenad report: {_e(names)}</title><style>{_CSS}</style></head><body>",
+        html_body(report),
         "</body></html>",
     ]
     return "\n".join(sections).encode()

@@ -6,7 +6,11 @@ processes, so a second backend (a cluster) plugs in without touching the runner 
 state machine:
 
 - :meth:`Executor.site` gives the :class:`Site` of one cell attempt: the place (this
-  machine, or a node of a cluster) where its workspace lives and its agent runs.
+  machine, or a node of a cluster) where its workspace lives and its agent runs. It gets
+  the cell's spec, whose ``executor`` table says what a cell needs of a cluster node.
+- :meth:`Executor.reconcile` lets an executor that holds something per attempt elsewhere
+  (a cluster actor) release what the log no longer holds live: the daemon calls it when it
+  starts and now and then after.
 - :meth:`Site.call` / :meth:`Site.call_blocking` run one *step* there — a plain function
   (materialize, write the arm's inputs, extract the patch, verify, read the agent's store)
   that gets the site's :class:`Tools` as its first argument and returns a picklable value.
@@ -31,14 +35,35 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 
+from arenad.errors import ArenadError
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
 from arenad.runs.detached import RunEnd
 from arenad.runs.files import RunFiles
 from events.cell import RunStarted
+from events.specs import CellSpec
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+AttemptLive = Callable[[str, int], Awaitable[bool]]
+"""``await live(cell_id, attempt)``: whether the log holds that attempt as still going."""
+
+
+class ExecutorMismatch(ArenadError):
+    """A cell's campaign asks for another executor than the daemon runs ([executor])."""
+
+    def __init__(self, cell_id: str, wanted: str, running: str) -> None:
+        super().__init__(
+            f"cell {cell_id} asks for the {wanted} executor ([executor] in its campaign);"
+            f" this daemon runs the {running} executor (arenad daemon --executor {wanted})"
+        )
+
+
+def check_executor(spec: CellSpec | None, cell_id: str, running: str) -> None:
+    """Raise ExecutorMismatch when ``spec`` names another executor than ``running``."""
+    if spec is not None and spec.executor is not None and spec.executor.kind != running:
+        raise ExecutorMismatch(cell_id, spec.executor.kind, running)
 
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,8 +209,15 @@ class Executor(abc.ABC):
         await self.close()
 
     @abc.abstractmethod
-    async def site(self, cell_id: str, attempt: int) -> Site:
-        """The site of one cell attempt (made on first use, found again after a restart)."""
+    async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
+        """The site of one cell attempt (made on first use, found again after a restart);
+        ``spec``: the cell's, for what its site needs (a cluster's resources)."""
+
+    async def reconcile(self, live: AttemptLive) -> None:
+        """Release what this executor holds for attempts that ``live`` says are over
+        (leftovers of a daemon that died); nothing to do for an executor that holds
+        nothing between calls."""
+        return None
 
     @abc.abstractmethod
     async def done_with(self, cell_id: str, attempt: int) -> None:

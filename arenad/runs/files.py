@@ -39,6 +39,11 @@ def capped_marker(path: str) -> str:
     return path + wrapper.CAPPED_SUFFIX
 
 
+# The cause of a cut whose marker exists but is empty: the wrapper made it and could not
+# write into it (a full disk), so "cap" would be a guess, and likely wrong.
+UNKNOWN_CAUSE = "unknown (the wrapper could not write the cause; a full disk?)"
+
+
 def capped_outputs(paths: Sequence[str]) -> list[tuple[str, str]]:
     """(path, cause) for each of a run's output files the wrapper cut: cause is "cap", or
     the write error that made the rest of the output undeliverable."""
@@ -48,7 +53,7 @@ def capped_outputs(paths: Sequence[str]) -> list[tuple[str, str]]:
             cause = Path(capped_marker(path)).read_text(errors="replace").strip()
         except OSError:
             continue
-        cut.append((path, cause or "cap"))
+        cut.append((path, cause or UNKNOWN_CAUSE))
     return cut
 
 
@@ -62,6 +67,14 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     term_signal: int | None = None
     ended_at_ms: int | None = None
     error: str | None = None
+    # Per output file the wrapper cut: the cause, and the bytes the file kept.
+    capped: dict[str, str] | None = None
+    kept: dict[str, int] | None = None
+    # Set only in a record the wrapper sent the daemon because it could not write its file.
+    exit_file_error: str | None = None
+    # Set when the wrapper ended the run itself (``--deadline-s``, ``--lifeline``):
+    # "deadline", or why its lifeline failed.
+    ended_by: str | None = None
 
     @property
     def code(self) -> int | None:
@@ -74,6 +87,14 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _exit_decoder = msgspec.json.Decoder(ExitRecord)
+
+
+def decode_exit_record(data: bytes) -> ExitRecord | None:
+    """An exit record the wrapper sent through its socket (one JSON line); None if garbled."""
+    try:
+        return _exit_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
 
 
 def read_exit_record(path: Path, wrapper_pid: int | None = None) -> ExitRecord | None:

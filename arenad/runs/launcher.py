@@ -5,20 +5,22 @@ no-op cell's cost). The daemon starts this module once instead (``python -I -S -
 standard library only, like the wrapper) and asks it for each wrapper; it forks one from
 its already-initialised interpreter (well under a millisecond) and the child runs
 ``wrapper.main`` exactly as a freshly started wrapper would: in a new session, with the
-release pipe as stdin, stdout and stderr on the wrapper log, the agent's environment as its
+release socket as stdin, stdout and stderr on the wrapper log, the agent's environment as its
 own, and no other file descriptor.
 
 Protocol, over a ``SOCK_SEQPACKET`` Unix socket (fd 0 here; one message per packet, each a
 ``marshal``-ed tuple — both ends are the same interpreter):
 
 - daemon -> launcher: ``("spawn", request_id, log_path, wrapper_args, env)`` with the release
-  pipe's read end attached (``SCM_RIGHTS``);
+  socket's wrapper end attached (``SCM_RIGHTS``), and optionally a second descriptor, the
+  run's lifeline (``wrapper.py --lifeline``), which the wrapper gets as fd 3;
 - launcher -> daemon: ``("spawned", request_id, pid, start_ticks)`` (sent once the wrapper
   leads its own session and group, so the group can be signalled at once) or
-  ``("error", request_id, message)``, then ``("reaped", pid)`` once that wrapper has exited
-  and been reaped here (the daemon's cue that the run's process group may be empty now).
+  ``("error", request_id, message)``, then ``("reaped", pid, wait_status)`` once that
+  wrapper has exited and been reaped here (the daemon's cue that the run's process group may
+  be empty now, and how the wrapper ended when it left no exit record).
 
-The launcher holds nothing a run depends on: the release pipe's write end stays in the
+The launcher holds nothing a run depends on: the release socket's other end stays in the
 daemon, and a wrapper outlives the launcher (it is reparented, as it would be if the daemon
 had been its parent and died). End-of-file on the socket means the daemon is gone: the
 launcher reaps what has ended and exits.
@@ -51,6 +53,9 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+LIFELINE_FD = 3
+
+
 def _become_wrapper(
     run_wrapper: RunWrapper,
     release_fd: int,
@@ -58,18 +63,32 @@ def _become_wrapper(
     log: str,
     args: list[str],
     env: dict[str, str],
+    lifeline_fd: int | None = None,
 ) -> int:
     """In the forked child: shed the launcher's state, then be the run wrapper."""
     os.setsid()
-    # Closing this tells the launcher our session exists, so the daemon may signal the group.
-    os.close(ready_fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if lifeline_fd is not None:
+        # Out of the way of the dup2s below (a received fd may be any number from 3 up).
+        lifeline_fd = os.dup(lifeline_fd)
     os.dup2(release_fd, 0)
     log_fd = os.open(log, _LOG_FLAGS, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    # This closes ``ready_fd`` too, and that end-of-file is the launcher's cue to say
+    # "spawned": by then the wrapper leads its own group (the daemon may signal it) and
+    # holds its three descriptors (and a cluster run's lifeline as fd 3) and nothing else
+    # of the launcher's. (Closed before the dup2s, the daemon once saw the launcher's
+    # descriptors 3-8 still open in a wrapper it had been told was ready.)
+    if lifeline_fd is None:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    else:
+        if ready_fd == LIFELINE_FD:
+            # Moved, not closed: its end-of-file must wait for the closerange below.
+            ready_fd = os.dup(ready_fd)
+        os.dup2(lifeline_fd, LIFELINE_FD)
+        os.closerange(LIFELINE_FD + 1, os.sysconf("SC_OPEN_MAX"))
     # The agent is spawned with this environment, and PATH is searched in it.
     os.environ.clear()
     os.environ.update(env)
@@ -87,22 +106,26 @@ def _spawn(
     sock: socket.socket, run_wrapper: RunWrapper, request: tuple[Any, ...], fds: list[int]
 ) -> None:
     _, request_id, log, args, env = request
-    if len(fds) != 1:
+    if len(fds) not in (1, 2):
         for fd in fds:
             os.close(fd)
-        _send(sock, ("error", request_id, f"expected one release fd, got {len(fds)}"))
+        _send(
+            sock, ("error", request_id, f"expected a release fd (and a lifeline), got {len(fds)}")
+        )
         return
     release_fd = fds[0]
+    lifeline_fd = fds[1] if len(fds) == 2 else None
     try:
         ready_r, ready_w = os.pipe()
     except OSError as exc:
-        os.close(release_fd)
+        for fd in fds:
+            os.close(fd)
         _send(sock, ("error", request_id, f"pipe: {exc}"))
         return
     try:
         pid = os.fork()
     except OSError as exc:
-        for fd in (release_fd, ready_r, ready_w):
+        for fd in (*fds, ready_r, ready_w):
             os.close(fd)
         _send(sock, ("error", request_id, f"fork: {exc}"))
         return
@@ -110,7 +133,7 @@ def _spawn(
         code = 1
         try:
             os.close(ready_r)
-            code = _become_wrapper(run_wrapper, release_fd, ready_w, log, args, env)
+            code = _become_wrapper(run_wrapper, release_fd, ready_w, log, args, env, lifeline_fd)
         except BaseException as exc:
             # Whatever happens, the child must never return into the launcher's loop.
             with contextlib.suppress(BaseException):
@@ -118,10 +141,12 @@ def _spawn(
                 sys.stderr.flush()
         finally:
             os._exit(code)
-    os.close(release_fd)
+    for fd in fds:
+        os.close(fd)
     os.close(ready_w)
-    # Until the child's setsid, its pid names no process group: a daemon that signalled
-    # or probed the group on "spawned" would find nothing. Wait for it (end-of-file).
+    # Until the child's setsid its pid names no process group (a daemon that signalled or
+    # probed the group on "spawned" would find nothing), and until its closerange it still
+    # holds the launcher's descriptors. Wait for both (end-of-file).
     os.read(ready_r, 1)
     os.close(ready_r)
     _send(sock, ("spawned", request_id, pid, _start_ticks(pid)))
@@ -136,12 +161,12 @@ def _send(sock: socket.socket, message: tuple[Any, ...]) -> None:
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _send(sock, ("reaped", pid))
+        _send(sock, ("reaped", pid, status))
 
 
 def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:
@@ -171,4 +196,8 @@ def serve(sock: socket.socket, run_wrapper: RunWrapper) -> int:
 
 
 def main(run_wrapper: RunWrapper) -> int:
+    # posix_spawn passes on every inheritable descriptor of the daemon (a test runner's, a
+    # terminal multiplexer's...): the launcher, which outlives nothing but holds them for as
+    # long as the daemon runs, drops them before it forks anything.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     return serve(socket.socket(fileno=0), run_wrapper)

@@ -23,7 +23,9 @@ from arenad.runs import groups
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.launcher_client")
-_Spawned = tuple[int, int | None, "asyncio.Future[None]"]
+# (pid, start ticks, reaped): the reaped future holds the wrapper's wait status, or None
+# when the launcher died before saying (the wrapper was reparented, reaped elsewhere).
+_Spawned = tuple[int, int | None, "asyncio.Future[int | None]"]
 
 WRAPPER = Path(runwrap.__file__).resolve()
 # The launcher imports the wrapper (and is imported itself, so both have cached bytecode);
@@ -54,7 +56,7 @@ class WrapperLauncher:
         self._next_id = 0
         # Request id -> the reply: (pid, start ticks, the wrapper's reaped future).
         self._pending: dict[int, asyncio.Future[_Spawned]] = {}
-        self._reaped: dict[int, asyncio.Future[None]] = {}
+        self._reaped: dict[int, asyncio.Future[int | None]] = {}
 
     @property
     def pid(self) -> int | None:
@@ -62,10 +64,16 @@ class WrapperLauncher:
         return self._pid
 
     async def spawn(
-        self, log: str, args: list[str], env: Mapping[str, str], release_r: int
-    ) -> tuple[int, int | None, asyncio.Future[None]]:
-        """A new wrapper (pid, start ticks, and a future set once it has been reaped)
-        with ``release_r`` as its stdin; the caller keeps (and closes) its own copy."""
+        self,
+        log: str,
+        args: list[str],
+        env: Mapping[str, str],
+        release_r: int,
+        lifeline_r: int | None = None,
+    ) -> tuple[int, int | None, asyncio.Future[int | None]]:
+        """A new wrapper (pid, start ticks, and a future set to its wait status once it
+        has been reaped) with ``release_r`` as its stdin (and ``lifeline_r`` as its fd 3);
+        the caller keeps (and closes) its own copies."""
         sock = await self._running()
         loop = asyncio.get_running_loop()
         self._next_id += 1
@@ -75,7 +83,8 @@ class WrapperLauncher:
         try:
             message = marshal.dumps(("spawn", request_id, log, args, dict(env)))
             async with self._sending:
-                await _send_with_fd(loop, sock, message, release_r)
+                fds = [release_r] if lifeline_r is None else [release_r, lifeline_r]
+                await _send_with_fds(loop, sock, message, fds)
             return await reply
         finally:
             self._pending.pop(request_id, None)
@@ -171,7 +180,7 @@ class WrapperLauncher:
         elif kind == "reaped":
             done = self._reaped.pop(message[1], None)
             if done is not None and not done.done():
-                done.set_result(None)
+                done.set_result(message[2] if len(message) > 2 else None)
 
 
 def _reap_quietly(pid: int) -> None:
@@ -179,12 +188,12 @@ def _reap_quietly(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-async def _send_with_fd(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fd: int
+async def _send_with_fds(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fds: list[int]
 ) -> None:
     while True:
         try:
-            socket.send_fds(sock, [message], [fd])
+            socket.send_fds(sock, [message], fds)
             return
         except BlockingIOError:
             writable: asyncio.Future[None] = loop.create_future()

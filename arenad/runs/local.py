@@ -29,10 +29,12 @@ from arenad.runs.executor import (
     RunRequest,
     Site,
     Tools,
+    check_executor,
 )
 from arenad.runs.files import RunFiles, capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from events.cell import RunStarted
+from events.specs import CellSpec
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -200,7 +202,8 @@ class LocalExecutor(Executor):
         if self._inotify and self.observer is None:
             self.observer = await asyncio.to_thread(start_observer, "ingestion")
 
-    async def site(self, cell_id: str, attempt: int) -> Site:
+    async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
+        check_executor(spec, cell_id, self.kind)
         return self._site
 
     async def done_with(self, cell_id: str, attempt: int) -> None:

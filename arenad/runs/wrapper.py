@@ -6,14 +6,15 @@ this module had been started afresh with the agent's environment; the wrapper is
 process-group leader and the agent becomes its child in the same group, so one ``killpg``
 reaches both. Four jobs:
 
-1. **Start the agent only if the log says it started.** The wrapper's stdin is the read end
-   of a pipe only the daemon holds the write end of. The daemon writes this wrapper's pid
-   into it right after ``RunStarted`` (naming that pid) is committed. If the daemon dies
-   first, the pipe reads end-of-file and the wrapper asks the log itself: with a committed
-   ``RunStarted`` for this pid and attempt it starts the agent (the restarted daemon adopts
-   the run); without one it exits having started nothing. So an agent runs if and only if
-   the log records its start: never twice, never unrecorded. (The daemon never closes the
-   pipe unreleased while the wrapper lives: it kills the wrapper first.)
+1. **Start the agent only if the log says it started.** The wrapper's stdin is one end
+   of a socket pair only the daemon holds the other end of. The daemon writes this
+   wrapper's pid into it right after ``RunStarted`` (naming that pid) is committed. If
+   the daemon dies first, the socket reads end-of-file and the wrapper asks the log
+   itself: with a committed ``RunStarted`` for this pid and attempt it starts the agent
+   (the restarted daemon adopts the run); without one it exits having started nothing.
+   So an agent runs if and only if the log records its start: never twice, never
+   unrecorded. (The daemon never closes its end unreleased while the wrapper lives: it
+   kills the wrapper first.)
 2. **Outlive group signals.** SIGTERM, SIGINT and SIGHUP only set a flag here (the agent
    gets them with default handling), so the wrapper survives a timeout or abort long enough
    to record how the agent ended. SIGKILL ends both. A signal before the release means the
@@ -21,18 +22,42 @@ reaches both. Four jobs:
 3. **Record the exit.** When the agent ends, the wrapper writes the exit record
    (``exit.json``, atomically: temp file, fsync, rename) that a restarted daemon reads.
    The record's keys are ``wrapper_pid``, ``started`` (bool), ``pid`` (the agent's),
-   ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, and ``error`` when
-   the agent could not be started.
+   ``exit_status`` / ``term_signal`` (one of them set), ``ended_at_ms``, ``error`` when
+   the agent could not be started, and ``capped`` / ``kept`` (per output file cut: the
+   cause, and the bytes the file kept) when output was dropped.
+   **A record that cannot be written** (disk full) is not lost: the wrapper sends it, as
+   one JSON line with ``exit_file_error`` added, back through its stdin (the daemon's end
+   of a socket pair) and keeps it, trying the file again every second until it can write
+   it; the daemon that reads it ends the wrapper with SIGTERM (it has the record). With no
+   daemon there (the socket's other end is gone), the next daemon adopts a live wrapper
+   and reads the file once the disk has room.
 4. **Cap the agent's output.** The agent's stdout and stderr are pipes that the wrapper
    copies into their files, up to ``--cap`` bytes each (no cap if negative, the default).
    Past the cap the output is still read, so the agent never blocks, but dropped; the
    first dropped byte creates ``<file>.capped`` so the daemon records the cut. A file that
    cannot be written (disk full) is treated the same way, with the error as the cause.
 
-Arguments (all required but ``--stdin`` and ``--cap``)::
+Arguments (all required but ``--stdin``, ``--cap`` and the remote options below)::
 
     runwrap --exit-file F --store DB --stream S --attempt N --cwd DIR [--stdin FILE]
             --stdout FILE --stderr FILE [--cap BYTES] -- ARGV...
+
+On a cluster node (the Ray executor) the supervisor is an actor on the node, and the log is
+on another machine, so four more rules apply (all off unless given):
+
+- ``--store`` is left out: end-of-file on the release pipe before the release means the
+  agent never starts (the node cannot ask the log).
+- ``--lifeline FD``: the read end of a pipe whose only write end the actor holds. End of
+  file means the actor is gone, however it died (killed, its node removed); the wrapper
+  then records ``ended_by: lifeline ...`` and SIGKILLs its whole group, itself included:
+  an agent never outlives the actor that would report it.
+- ``--lifeline-silence S``: the actor also writes a byte at least every S seconds while its
+  node and the head are in touch; S seconds without one (a frozen node, a partition) is
+  treated like end-of-file.
+- ``--deadline-s D`` (with ``--grace G``): the wrapper enforces the run's deadline itself,
+  D seconds after it started (the actor, which normally does it, may be frozen): TERM to
+  the group, G seconds, then the record (``ended_by: deadline``) and KILL.
+
 
 Imports are builtins only on the common path (``_signal``, not ``signal``, whose enums
 cost more than the rest of the start-up); the wrapper runs once per agent run.
@@ -53,12 +78,23 @@ NOT_STARTED_EXIT = 3
 CAPPED_SUFFIX = ".capped"
 # How long output is still copied after the agent exited while a leftover holds its pipes.
 LEFTOVER_DRAIN_S = 1.0
+# How often an exit record that could not be written (disk full) is tried again.
+EXIT_RETRY_S = 1.0
 _terminate = False
 
 
 def _on_signal(signum: int, frame: object) -> None:
     global _terminate
     _terminate = True
+
+
+def _say(message: str) -> None:
+    """A line in the wrapper's log, if it can be written (not on a full disk: that must
+    not stop the wrapper from doing its jobs)."""
+    try:  # noqa: SIM105  (contextlib is not imported on the wrapper's common path)
+        os.write(2, f"runwrap: {message}\n".encode(errors="replace"))
+    except OSError:
+        pass
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -69,19 +105,28 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     if len(opts) % 2 or not command:
         raise SystemExit("runwrap: options come in pairs and an argv must follow --")
     parsed = {opts[i].lstrip("-"): opts[i + 1] for i in range(0, len(opts), 2)}
-    required = ("exit-file", "store", "stream", "attempt", "cwd", "stdout")
+    required = ("exit-file", "stream", "attempt", "cwd", "stdout")
     missing = [name for name in (*required, "stderr") if name not in parsed]
     if missing:
         raise SystemExit(f"runwrap: missing options {missing}")
     if not parsed.get("cap", "-1").lstrip("-").isdigit():
         raise SystemExit(f"runwrap: --cap must be a whole number, not {parsed['cap']!r}")
+    for name in ("lifeline-silence", "deadline-s", "grace"):
+        try:
+            float(parsed.get(name, "0"))
+        except ValueError:
+            raise SystemExit(f"runwrap: --{name} must be a number of seconds") from None
+    if not parsed.get("lifeline", "0").isdigit():
+        raise SystemExit(
+            f"runwrap: --lifeline must be a file descriptor, not {parsed['lifeline']!r}"
+        )
     return parsed, command
 
 
 def _json(record: dict[str, object]) -> str:
     # Hand-made on the common path: importing json (and re with it) would double the
     # wrapper's start-up time, paid once per agent run. Values are ints, bools, None.
-    if "error" in record:
+    if not all(v is None or isinstance(v, int) for v in record.values()):
         import json
 
         return json.dumps(record, sort_keys=True)
@@ -100,13 +145,54 @@ def _scalar(value: object) -> str:
 
 def _write_exit_record(path: str, record: dict[str, object]) -> None:
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, (_json(record) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = (_json(record) + "\n").encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(28, os.strerror(28))  # a short write: only a full disk does it
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:  # noqa: SIM105  (no contextlib here: see _say)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _finish(path: str, record: dict[str, object]) -> None:
+    """Write the exit record; if it cannot be written, hand it to the daemon and keep
+    trying (see the module docstring, job 3)."""
+    try:
+        _write_exit_record(path, record)
+        return
+    except OSError as exc:
+        error = exc.strerror or str(exc)
+    _say(f"cannot write {path}: {error}; sent to the daemon, kept")
+    try:  # noqa: SIM105  (no contextlib here: see _say)
+        # Into the socket pair that released us, to the daemon's end (a socket whose
+        # daemon is gone refuses, as does a pipe: then the file is all there is).
+        os.write(0, (_json({**record, "exit_file_error": error}) + "\n").encode())
+    except OSError:
+        pass
+    import select
+
+    while not _terminate:
+        select.select([], [], [], EXIT_RETRY_S)
+        try:
+            _write_exit_record(path, record)
+            return
+        except OSError:
+            continue
+    # Ended by a signal (the daemon has the record, or whoever sent it wants us gone):
+    # one last try.
+    try:
+        _write_exit_record(path, record)
+    except OSError:
+        _say(f"{path} never written ({error})")
 
 
 def _start_recorded(store: str, stream: str, attempt: int) -> bool:
@@ -129,7 +215,7 @@ def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     except sqlite3.Error as exc:
         # Unknowable: starting could run the agent twice, not starting loses nothing
         # that was paid for (the next daemon sees a run that never began).
-        sys.stderr.write(f"runwrap: cannot read the log at {store}: {exc}\n")
+        _say(f"cannot read the log at {store}: {exc}")
         return False
     me = os.getpid()
     for (payload,) in rows:
@@ -139,26 +225,79 @@ def _start_recorded(store: str, stream: str, attempt: int) -> bool:
     return False
 
 
-def _wait_for_release(opts: dict[str, str]) -> bool:
+class _Lifeline:
+    """The read end of a pipe whose only write end the run's supervisor holds (a Ray
+    actor): end-of-file means the supervisor is gone; with ``silence_s`` it must also write
+    a byte at least that often."""
+
+    def __init__(self, fd: int, silence_s: float) -> None:
+        self.fd = fd
+        self.silence_s = silence_s
+        self.last = time.monotonic()
+        self.why = ""
+        # Never passed on: an agent holding it could drain the beats.
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+
+    def wait_s(self, now: float) -> float | None:
+        return None if self.silence_s <= 0 else max(0.0, self.last + self.silence_s - now)
+
+    def gone(self, readable: bool, now: float) -> bool:
+        """Whether the supervisor is gone (``why`` then says how)."""
+        if readable:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                data = b"."
+            if not data:
+                self.why = "lifeline closed: the run's supervisor is gone"
+                return True
+            self.last = now
+        if self.silence_s > 0 and now - self.last >= self.silence_s:
+            self.why = f"lifeline silent for {self.silence_s:g} s"
+            return True
+        return False
+
+
+def _wait_for_release(opts: dict[str, str], lifeline: _Lifeline | None) -> bool:
     """True once the agent may start; False if it must never start."""
     import select  # a builtin-sized extension module, for a wait that notices signals
 
     me = str(os.getpid()).encode()
     got = b""
+    watched = [0] if lifeline is None else [0, lifeline.fd]
     while True:
         if _terminate:
             return False
-        ready, _, _ = select.select([0], [], [], 0.1)
-        if not ready:
+        ready, _, _ = select.select(watched, [], [], 0.1)
+        if lifeline is not None and lifeline.gone(lifeline.fd in ready, time.monotonic()):
+            return False
+        if 0 not in ready:
             continue
         chunk = os.read(0, 64)
         if not chunk:
             # Only the daemon held the write end: it is gone, so what the log says now
-            # is final.
+            # is final. Without a log on this machine nothing can say the start was
+            # recorded, so the agent does not start.
+            if "store" not in opts:
+                return False
             return _start_recorded(opts["store"], opts["stream"], int(opts["attempt"]))
         got += chunk
         if got.endswith(b"\n"):
             return got.strip() == me
+
+
+def _end_group(exit_file: str, record: dict[str, object]) -> None:
+    """Record how the run ended, then SIGKILL the whole group (this wrapper included)."""
+    ended_at_ms = time.time_ns() // 1_000_000
+    try:
+        _write_exit_record(
+            exit_file, {"wrapper_pid": os.getpid(), **record, "ended_at_ms": ended_at_ms}
+        )
+    except OSError as exc:
+        # The group must end all the same: nobody is left to report it.
+        _say(f"cannot write {exit_file}: {exc.strerror or exc}")
+    os.killpg(0, _signal.SIGKILL)
 
 
 class _CappedFile:
@@ -172,6 +311,9 @@ class _CappedFile:
         self.room = cap
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.dropped_at: float | None = None
+        # Why bytes were first dropped (None: none were), and how many the file kept.
+        self.cause: str | None = None
+        self.kept = 0
 
     def write(self, chunk: bytes) -> None:
         keep = chunk if self.room < 0 else chunk[: self.room]
@@ -182,7 +324,9 @@ class _CappedFile:
         view = memoryview(keep)
         try:
             while view:
-                view = view[os.write(self.fd, view) :]
+                written = os.write(self.fd, view)
+                self.kept += written
+                view = view[written:]
         except OSError as exc:
             # Disk full, a quota, an I/O error: the agent must not notice (it would have
             # before, writing the file itself); the rest of this stream is read and dropped.
@@ -192,6 +336,8 @@ class _CappedFile:
     def _dropped(self, cause: str) -> None:
         marker = self.path + CAPPED_SUFFIX
         now = time.monotonic()
+        if self.cause is None:
+            self.cause = cause
         try:
             if self.dropped_at is None:
                 self.dropped_at = now
@@ -204,7 +350,7 @@ class _CappedFile:
                 self.dropped_at = now
                 os.utime(marker)
         except OSError as exc:
-            sys.stderr.write(f"runwrap: {self.path}: output dropped ({cause}); marker: {exc}\n")
+            _say(f"{self.path}: output dropped ({cause}); marker: {exc}")
 
 
 def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _CappedFile]]:
@@ -246,25 +392,48 @@ def _spawn(opts: dict[str, str], command: list[str]) -> tuple[int, dict[int, _Ca
     return pid, pipes
 
 
-def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
+def _copy_until_exit(
+    pid: int,
+    pipes: dict[int, _CappedFile],
+    *,
+    exit_file: str = "",
+    lifeline: _Lifeline | None = None,
+    deadline: float | None = None,
+    grace_s: float = 0.0,
+) -> tuple[int, bool, list[_CappedFile]]:
     """Copy the agent's output into its files until it has exited and its pipes are
-    drained; return its wait status.
+    drained; return its wait status, whether this wrapper's own deadline ended it, and the
+    files.
 
     The pipes normally reach end-of-file as the agent exits. A leftover child of the agent
     may hold them open: its output is then copied for a short while, and the daemon ends
-    such leftovers with the run."""
+    such leftovers with the run. With a ``lifeline`` or a ``deadline`` the wrapper may end
+    the group itself (see the module docstring); it does not return then."""
     import select
 
     files = list(pipes.values())
     pidfd = os.pidfd_open(pid)  # readable once the agent has exited; no polling
     status: int | None = None
     drain_until: float | None = None
+    term_at: float | None = None
     try:
         while status is None or (pipes and time.monotonic() < (drain_until or 0.0)):
             watched = [*pipes, pidfd] if status is None else list(pipes)
-            timeout = None if drain_until is None else max(0.0, drain_until - time.monotonic())
+            now = time.monotonic()
+            waits = [] if drain_until is None else [drain_until - now]
+            if status is None:
+                if lifeline is not None:
+                    watched.append(lifeline.fd)
+                    silence = lifeline.wait_s(now)
+                    if silence is not None:
+                        waits.append(silence)
+                if deadline is not None:
+                    waits.append(deadline - now if term_at is None else term_at + grace_s - now)
+            timeout = max(0.0, min(waits)) if waits else None
             ready, _, _ = select.select(watched, [], [], timeout)
             for fd in ready:
+                if lifeline is not None and fd == lifeline.fd:
+                    continue
                 if fd == pidfd:
                     _, status = os.waitpid(pid, 0)
                     drain_until = time.monotonic() + LEFTOVER_DRAIN_S
@@ -275,27 +444,68 @@ def _copy_until_exit(pid: int, pipes: dict[int, _CappedFile]) -> int:
                 else:
                     os.close(fd)
                     del pipes[fd]
+            if status is not None:
+                continue
+            now = time.monotonic()
+            if lifeline is not None and lifeline.gone(lifeline.fd in ready, now):
+                _end_group(exit_file, {"started": True, "pid": pid, "ended_by": lifeline.why})
+            if deadline is not None and term_at is None and now >= deadline:
+                term_at = now
+                os.killpg(0, _signal.SIGTERM)  # this wrapper only sets a flag
+            elif term_at is not None and now >= term_at + grace_s:
+                _end_group(
+                    exit_file,
+                    {
+                        "started": True,
+                        "pid": pid,
+                        "term_signal": _signal.SIGKILL,
+                        "ended_by": "deadline",
+                    },
+                )
     finally:
         for fd in [pidfd, *pipes, *(file.fd for file in files)]:
             os.close(fd)
     assert status is not None  # the loop ends only once the agent has been waited for
-    return status
+    return status, term_at is not None, files
 
 
 def main(argv: list[str]) -> int:
+    # The agent must inherit nothing but its three standard descriptors: whoever started
+    # this wrapper (the launcher's fork, or a fresh interpreter) may have left others open,
+    # and everything the wrapper opens itself is close-on-exec.
     opts, command = _parse(argv)
+    # The lifeline (a cluster run's, fd 3 from the launcher) is the one kept, and it is
+    # close-on-exec (see _Lifeline).
+    keep = int(opts["lifeline"]) if "lifeline" in opts else None
+    if keep is None:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    else:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
     for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
         _signal.signal(sig, _on_signal)
     exit_file = opts["exit-file"]
-    me = {"wrapper_pid": os.getpid()}
-    if not _wait_for_release(opts):
-        _write_exit_record(exit_file, {**me, "started": False, "error": "not released"})
+    me: dict[str, object] = {"wrapper_pid": os.getpid()}
+    lifeline = None
+    if "lifeline" in opts:
+        lifeline = _Lifeline(int(opts["lifeline"]), float(opts.get("lifeline-silence", "0")))
+    deadline_s = float(opts.get("deadline-s", "0"))
+    deadline = time.monotonic() + deadline_s if deadline_s > 0 else None
+    if not _wait_for_release(opts, lifeline):
+        # Nothing ran, so nothing is owed to anyone: written if it can be, not kept.
+        held: dict[str, object] = {**me, "started": False, "error": "not released"}
+        if lifeline is not None and lifeline.why:
+            held["ended_by"] = lifeline.why
+        try:
+            _write_exit_record(exit_file, held)
+        except OSError as exc:
+            _say(f"cannot write {exit_file}: {exc.strerror or exc}")
         return NOT_STARTED_EXIT
     try:
         os.chdir(opts["cwd"])
         pid, pipes = _spawn(opts, command)
     except OSError as exc:
-        _write_exit_record(
+        _finish(
             exit_file,
             {
                 **me,
@@ -305,20 +515,32 @@ def main(argv: list[str]) -> int:
             },
         )
         return 127
-    status = _copy_until_exit(pid, pipes)
+    status, deadline_hit, files = _copy_until_exit(
+        pid,
+        pipes,
+        exit_file=exit_file,
+        lifeline=lifeline,
+        deadline=deadline,
+        grace_s=float(opts.get("grace", "0")),
+    )
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    _write_exit_record(
-        exit_file,
-        {
-            **me,
-            "started": True,
-            "pid": pid,
-            "exit_status": exit_status,
-            "term_signal": term_signal,
-            "ended_at_ms": time.time_ns() // 1_000_000,
-        },
-    )
+    record: dict[str, object] = {
+        **me,
+        "started": True,
+        "pid": pid,
+        "exit_status": exit_status,
+        "term_signal": term_signal,
+        "ended_at_ms": time.time_ns() // 1_000_000,
+    }
+    cut = [f for f in files if f.cause is not None]
+    if cut:
+        # Here too, not only in the markers: on a full disk a marker may exist but be empty.
+        record["capped"] = {f.path: f.cause for f in cut}
+        record["kept"] = {f.path: f.kept for f in cut}
+    if deadline_hit:
+        record["ended_by"] = "deadline"
+    _finish(exit_file, record)
     return exit_status if exit_status is not None else 128 + (term_signal or 0)
 
 

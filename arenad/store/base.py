@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Collection, Sequence
 
 import msgspec
 
@@ -28,6 +28,20 @@ class EventStore(abc.ABC):
 
         Raises ConcurrencyError when a stream is not at its expected version.
         """
+
+    async def append_batches(self, batches: AsyncIterable[Sequence[AppendRequest]]) -> int:
+        """Append every batch in one atomic transaction (all or nothing), drawing the batches
+        one at a time: a writer of a very large set (a campaign's cells) never holds it all.
+        An exception from ``batches`` rolls everything back. Returns the events appended.
+
+        This default gathers the batches and makes one :meth:`append_many`; a store that can
+        keep a transaction open across batches does so instead.
+        """
+        requests: list[AppendRequest] = []
+        async for batch in batches:
+            requests.extend(batch)
+        done = await self.append_many(requests)
+        return sum(len(d) for d in done)
 
     async def append(
         self, stream: str, expected_version: int | None, events: Sequence[Event]

@@ -89,14 +89,18 @@ class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
     rows: int
     first_bad_seq: int | None = None
     problem: str | None = None
+    # The head the walk verified (set when ok).
+    head_seq: int | None = None
+    head_hash: bytes | None = None
 
 
 class ChainVerifier:
-    """Walks the chain one row at a time (so a long log verifies in flat memory)."""
+    """Walks the chain one row at a time (so a long log verifies in flat memory), from
+    the first row or from a head verified before (``after_seq``, ``after_hash``)."""
 
-    def __init__(self) -> None:
-        self._prev = GENESIS
-        self._expected_seq = 1
+    def __init__(self, after_seq: int = 0, after_hash: bytes = GENESIS) -> None:
+        self._prev = after_hash
+        self._expected_seq = after_seq + 1
         self.rows = 0
         self.failure: ChainReport | None = None
 
@@ -154,7 +158,7 @@ class ChainVerifier:
                 problem=f"the log ends at row {last} but its head records row {head_seq}"
                 " (rows were deleted from the end, or the head was edited)",
             )
-        return ChainReport(ok=True, rows=self.rows)
+        return ChainReport(ok=True, rows=self.rows, head_seq=head_seq, head_hash=head_hash)
 
 
 def verify_rows(rows: Iterable[ChainRow], head_seq: int, head_hash: bytes) -> ChainReport:

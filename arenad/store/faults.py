@@ -12,7 +12,8 @@
   next appends fail as on a store remounted read-only.
 
 It is read once, at the edge (the daemon's start), and handed to the store; nothing else
-reads the environment. An unset variable arms nothing.
+reads the environment. An unset variable arms nothing; a malformed one, or a tag no event
+type has (``events.codec.EVENT_TYPES``), is a user error (exit 2): it would never fire.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from typing import Literal, get_args
 import msgspec
 
 from arenad.errors import UserError
+from events.codec import EVENT_TYPES, event_tag_of_type
 
 ENV_VAR = "ARENAD_FAULT"
 # The exit status of an injected crash (distinct from any status arenad exits with).
 CRASH_EXIT = 86
 
 Action = Literal["crash-before", "crash-after", "full-after", "readonly-after"]
+_KNOWN_TAGS = frozenset(event_tag_of_type(t) for t in EVENT_TYPES)
 
 
 class FaultPlan(msgspec.Struct, kw_only=True):
@@ -71,6 +74,13 @@ def parse_fault(spec: str) -> FaultPlan:
         raise UserError(
             f"{ENV_VAR}={spec!r}: expected <action>:<event tag>[:<n>] with action one of"
             f" {', '.join(get_args(Action))}"
+        )
+    if parts[1] not in _KNOWN_TAGS:
+        # A tag no event has would arm a fault that never fires: the crash test that set it
+        # would pass without testing anything.
+        raise UserError(
+            f"{ENV_VAR}={spec!r}: no event is tagged {parts[1]!r} (the tags are those of"
+            " events.codec.EVENT_TYPES, e.g. run.started, ingest.line)"
         )
     nth = 1
     if len(parts) == 3:

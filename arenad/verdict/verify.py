@@ -4,10 +4,13 @@ confined to the cell's sandbox (the agent's view: it runs the agent's files).
 A test must not pass only because a key leaked in, so the gate's env loses every provider
 secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as
 the seed writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
+The log's tail (up to ``keep_bytes``) comes back with the result, for the log
+(:mod:`arenad.verdict.excerpt`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from collections.abc import Mapping
@@ -19,6 +22,8 @@ from arenad.runs.commands import run
 from arenad.runs.groups import DEFAULT_KILL_GRACE_S
 from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.secrets import strip_provider_secrets, stripped_names
+from arenad.verdict.excerpt import VERIFY_LOG_KEEP_BYTES, file_tail_excerpt
+from events.cell import TextExcerpt
 
 VERIFY_TIMEOUT_S = 600.0
 
@@ -32,6 +37,8 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     log_path: str
     # Names (never values) removed from the gate's env.
     stripped: list[str]
+    # The log's last bytes, with its whole size and sha256 (None: not asked for).
+    log_excerpt: TextExcerpt | None = None
 
 
 async def run_verify(
@@ -42,6 +49,7 @@ async def run_verify(
     env: Mapping[str, str] | None = None,
     timeout_s: float = VERIFY_TIMEOUT_S,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
+    keep_bytes: int = VERIFY_LOG_KEEP_BYTES,
     sandbox: CellSandbox | None = None,
 ) -> VerifyResult:
     """Run the verify command; ``env`` (default: ours) is passed with provider secrets
@@ -82,6 +90,8 @@ async def run_verify(
             shutil.copyfileobj(err, out)
     finally:
         err_path.unlink(missing_ok=True)
+    # The whole log is hashed (a test suite can print megabytes): off the event loop.
+    excerpt = await asyncio.to_thread(file_tail_excerpt, log, keep_bytes)
     return VerifyResult(
         rc=result.code,
         passed=result.code == 0 and not result.timed_out and not result.aborted,
@@ -90,4 +100,5 @@ async def run_verify(
         wall_s=result.wall_s,
         log_path=os.fspath(log),
         stripped=stripped_names(base),
+        log_excerpt=excerpt,
     )

@@ -291,7 +291,13 @@ def test_hanging_workers_time_out_and_their_spend_is_recovered(
     # Each worker's second model call waits far past the arm's ceiling: the driver waits on
     # its workers, so the whole run hangs mid-flight and is timed out.
     cell, ingest, capture, run_dir = _run(
-        tmp_path, opencode_bin, scripted_model, timeout_s=30, second_step_delay_s=600
+        # A ceiling with room for two workers' start on a loaded machine (CI runs two
+        # test processes on two cores): their first step must finish before it.
+        tmp_path,
+        opencode_bin,
+        scripted_model,
+        timeout_s=60,
+        second_step_delay_s=600,
     )
     timed_out = _one(cell, ev.RunTimedOut)
     assert timed_out.rc == 124  # type: ignore[attr-defined]

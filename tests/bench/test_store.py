@@ -38,6 +38,9 @@ def test_quick_mode_prints_every_figure() -> None:
         r"batched appends >= 50% of sqlite3 executemany: \d+%\s+(met|MISSED)",
         rf"replay >= 300,000 events/s: {RATE}\s+(met|MISSED)",
         r"replay memory flat in log size: peak RSS x\d+\.\d\d for x\d+ the events\s+(met|MISSED)",
+        r"restart to scheduling, [\d,]+ events \(chain checked from its checkpoint\): [\d,]+ ms;"
+        r" the same check from the first row \(verify-log's walk\): [\d,]+ ms; ratio \d+\.\d\d",
+        r"restart to scheduling < 1 s at [\d,]+ events: [\d,]+ ms\s+(met|MISSED)",
     ]
     for pattern in expected:
         assert re.search(pattern, out), f"no line matching {pattern!r} in:\n{out}"

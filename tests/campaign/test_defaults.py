@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from arenad import campaign as files
+from arenad.campaign import load as files
 from events import specs
 
 # Fields whose file default differs from the spec's on purpose, and why.

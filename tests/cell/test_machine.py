@@ -59,6 +59,8 @@ EXPECTED_SIDE: dict[str, frozenset[CellStatus]] = {
     "cell.supervisor-outcome": RUN_ENDED,
     "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
+    "cell.patch-captured": frozenset({S.VERIFIED}),
+    "cell.verify-log-captured": frozenset({S.VERIFIED}),
 }
 
 # A path of events into each state (attempt 1).

@@ -169,15 +169,23 @@ def test_two_instances_solo_real_opencode(
             "RunStarted",
             "RunCompleted",
             "CellVerified",
+            "PatchCaptured",
+            "VerifyLogCaptured",
             "CellRecovered",
         ], events
-        materialized, verified, recovered = events[1], events[4], events[5]
+        materialized, verified, recovered = events[1], events[4], events[7]
         assert isinstance(materialized, ev.CellMaterialized)
         assert isinstance(verified, ev.CellVerified) and isinstance(recovered, ev.CellRecovered)
         assert events[3].rc == 0
         assert verified.scored and verified.verify_pass and verified.verify_rc == 0
-        assert verified.patch_path is not None
+        assert verified.patch_path is not None and verified.verify_log is not None
         assert Path(verified.patch_path).read_text() == _expected_diff(file, src, old, new)
+        # What verify saw is in the log too, so it outlives the run dir.
+        patch, verify_log = events[5], events[6]
+        assert isinstance(patch, ev.PatchCaptured) and isinstance(verify_log, ev.VerifyLogCaptured)
+        assert patch.patch.text == _expected_diff(file, src, old, new)
+        assert patch.patch.sha256 == verified.patch_sha256
+        assert verify_log.log.text == Path(verified.verify_log).read_text()
 
         # Stream usage: opencode's step-finish figures of the scripted usage, per model call.
         usage = recovered.usage
@@ -245,6 +253,8 @@ def test_two_instances_solo_real_opencode(
         "run.started",
         "run.completed",
         "cell.verified",
+        "cell.patch-captured",
+        "cell.verify-log-captured",
         "cell.recovered",
     ]
 
@@ -255,7 +265,14 @@ def test_timeout_kills_group_keeps_evidence(
 ) -> None:
     # The second model call waits longer than the arm's ceiling; the edit is already made.
     _home, _repo, _base, recorded = _run(
-        tmp_path, opencode_bin, scripted_model, name="slowc", delay_s=120, timeout_s=20
+        # The ceiling leaves room for opencode to start and make the edit on a loaded
+        # machine (CI runs two test processes on two cores).
+        tmp_path,
+        opencode_bin,
+        scripted_model,
+        name="slowc",
+        delay_s=600,
+        timeout_s=45,
     )
     for iid, (file, src, old, new) in BUGS.items():
         events = _stream(recorded, f"cell/slowc:{iid}:SOLO:0")

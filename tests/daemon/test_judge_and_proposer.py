@@ -39,6 +39,11 @@ def test_the_judge_verdict_commits_with_verify(tmp_path: Path) -> None:
     assert judged.recorded_at_ms == verified.recorded_at_ms
     assert judged.event.resolved is True and judged.event.source == "command"  # type: ignore[attr-defined]
     assert isinstance(records[-1].event, ev.CellRecovered)
+    # What verify saw is in that commit too: the patch (the run's one line) and the log.
+    patch = next(r for r in records if isinstance(r.event, ev.PatchCaptured))
+    assert patch.recorded_at_ms == verified.recorded_at_ms
+    assert "+b" in patch.event.patch.text.splitlines()  # type: ignore[attr-defined]
+    assert any(isinstance(r.event, ev.VerifyLogCaptured) for r in records)
 
 
 def test_the_daemon_captures_proposer_shots(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.daemon.support import (
     start_daemon,
     wait_for,
 )
+from tests.fullfs import fill, free, small_fs
 
 CELL = "rs:i1:CMD:0"
 
@@ -202,6 +204,101 @@ def test_a_run_gone_without_an_exit_record_is_recorded_lost(tmp_path: Path) -> N
     assert isinstance(events[-1], ev.CellRecovered)
 
 
+def test_on_a_full_disk_a_finished_run_is_recorded_with_its_real_status(tmp_path: Path) -> None:
+    # Issue 14, finding 6, end to end: the run dirs are on a real filesystem that fills
+    # while the agent runs (the store is elsewhere and still writable, as SQLite's WAL was
+    # in the finding). The wrapper cannot write its output or its exit record: the run
+    # must still be recorded completed with its status, and the cuts with their real cause.
+    go, marker = tmp_path / "go", tmp_path / "runs.txt"
+    script = (
+        f"echo $$ >> {marker}; while [ ! -e {go} ]; do sleep 0.05; done;"
+        " head -c 20000 /dev/zero; echo oops >&2; exit 3"
+    )
+    home = tmp_path / "home"
+    with small_fs(home / "campaigns", size="16m") as fs:
+        home = _setup(tmp_path, ["bash", "-c", script])
+        daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+        try:
+            wait_for(marker.exists, "the agent to start")
+            fill(fs)
+            go.touch()
+            assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait()
+            free(fs)
+        events = _cell(home)
+    assert not _of(events, ev.RunAborted), "a finished run was recorded aborted"
+    (completed,) = _of(events, ev.RunCompleted)
+    assert isinstance(completed, ev.RunCompleted) and completed.rc == 3
+    capped = _of(events, ev.RunOutputCapped)
+    assert capped and all(
+        isinstance(c, ev.RunOutputCapped)
+        and c.cause == "write error: No space left on device"
+        and c.kept_bytes == 0
+        for c in capped
+    ), capped
+
+
+@pytest.mark.parametrize("adopted", [False, True], ids=["started-here", "adopted"])
+def test_a_wrapper_killed_while_the_daemon_runs_is_not_lost_with_the_daemon(
+    tmp_path: Path, adopted: bool
+) -> None:
+    # Issue 14, finding 7: only the wrapper is killed; the daemon watching it is up, so
+    # "lost with the daemon" would be false. The reason says what is known instead.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    if adopted:
+        _kill9_once_the_agent_runs(home, marker, tmp_path)
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    try:
+        wait_for(marker.exists, "the agent to start")
+        if adopted:
+            wait_for(lambda: _has(home, ev.RunAdopted), "the run to be adopted")
+        started = _of(_cell(home), ev.RunStarted)[0]
+        os.kill(started.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    (aborted,) = _of(_cell(home), ev.RunAborted)
+    assert isinstance(aborted, ev.RunAborted) and aborted.rc is None
+    assert "lost with the daemon" not in aborted.reason
+    assert "died without an exit record while the daemon ran" in aborted.reason
+    how = "not this daemon's child" if adopted else "killed by SIGKILL"
+    assert how in aborted.reason, aborted.reason
+
+
+def test_a_row_inserted_under_a_running_daemon_stops_it_naming_the_row(tmp_path: Path) -> None:
+    # Issue 14, finding 9: the daemon stopped with a raw "UNIQUE constraint failed:
+    # events.seq". Its next append now refuses the log by name; agents are left running.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    try:
+        wait_for(marker.exists, "the agent to start")
+        started = wait_for(lambda: _of(_cell(home), ev.RunStarted), "the run")[0]
+        with sqlite3.connect(home / "arenad.db") as conn:
+            (head,) = conn.execute("SELECT seq FROM log_head").fetchone()
+            conn.execute(
+                "INSERT INTO events SELECT seq + 1000, stream, version + 1000, tag,"
+                " schema_version, recorded_at_ms, payload, hash FROM events WHERE seq = ?",
+                (head,),
+            )
+        assert daemon.wait(timeout=60) == 1
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    err = (tmp_path / "daemon.err").read_text()
+    assert "UNIQUE constraint" not in err and "Traceback" not in err, err[-3000:]
+    assert "fails verification at row" in err and "past the log's head" in err, err[-3000:]
+    assert groups.group_alive(started.pgid)  # type: ignore[attr-defined]
+    os.killpg(started.pgid, signal.SIGKILL)  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("when", ["crash-before", "crash-after"])
 def test_a_crash_around_run_started_never_runs_the_agent_twice(tmp_path: Path, when: str) -> None:
     marker = tmp_path / "runs.txt"
@@ -244,6 +341,40 @@ def test_sigterm_with_leave_running_hands_the_agent_to_the_next_daemon(tmp_path:
     assert len(marker.read_text().split()) == 1
 
 
+def test_leave_running_exits_at_once_instead_of_waiting_for_the_agent(tmp_path: Path) -> None:
+    # Issue 14, finding 8: the daemon waited for its agents (up to --drain-timeout) instead
+    # of leaving them. The agent runs for a minute and the drain bound is ten: the daemon
+    # must be gone while the agent still runs, having recorded nothing of the run's end.
+    marker = tmp_path / "runs.txt"
+    home = _setup(tmp_path, _agent(marker, lines=600, pause_s=0.1, rc=0))
+    daemon = start_daemon(
+        home, "--leave-running", "--drain-timeout", "600", stderr=tmp_path / "daemon.err"
+    )
+    wait_for(lambda: marker.exists(), "the agent to start")
+    started = wait_for(lambda: _of(_cell(home), ev.RunStarted), "the run to be recorded")[0]
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert groups.group_alive(started.pgid), "the agent was not left running"
+    events = _cell(home)
+    assert not _of(events, ev.RunAborted) and not _of(events, ev.RunCompleted)
+    # The next daemon adopts it (aborted here only to keep the test short).
+    second = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon2.err")
+    try:
+        wait_for(lambda: _has(home, ev.RunAdopted), "the run to be adopted")
+        assert cli(home, "abort", CELL).returncode == 0
+        assert second.wait(timeout=120) == 0, (tmp_path / "daemon2.err").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    assert len(marker.read_text().split()) == 1
+
+
 def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     # An agent that ignores SIGTERM, with a long kill grace: a drain would wait it out.
@@ -280,7 +411,11 @@ def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: 
     assert len(started) == 1 and started[0].output_cap_bytes == 1000  # type: ignore[attr-defined]
     run_dir = _run_dir(events)
     capped = _of(events, ev.RunOutputCapped)
-    assert capped == [ev.RunOutputCapped(attempt=1, path=str(run_dir / "cmd.out"), cap_bytes=1000)]
+    assert capped == [
+        ev.RunOutputCapped(
+            attempt=1, path=str(run_dir / "cmd.out"), cap_bytes=1000, kept_bytes=1000
+        )
+    ]
     completed = _of(events, ev.RunCompleted)
     assert len(completed) == 1 and events.index(completed[0]) < events.index(capped[0])
     assert len((run_dir / "cmd.out").read_bytes()) == 1000

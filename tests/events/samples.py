@@ -148,6 +148,21 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         resolved=True,
         score=1.0,
     ),
+    cell.PatchCaptured: lambda a: cell.PatchCaptured(
+        attempt=a,
+        patch=cell.TextExcerpt(
+            text="diff --git a/add.py b/add.py\n-    return a - b\n+    return a + b\n",
+            kept_bytes=66,
+            size=66,
+            sha256="cd" * 32,
+        ),
+    ),
+    cell.VerifyLogCaptured: lambda a: cell.VerifyLogCaptured(
+        attempt=a,
+        log=cell.TextExcerpt(
+            text="1 passed in 0.01s\n", kept_bytes=18, size=4114, sha256="ef" * 32, cut="tail"
+        ),
+    ),
     ingest.LineIngested: lambda a: ingest.LineIngested(
         source="stdout",
         path="stdout.jsonl",
@@ -155,6 +170,17 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         length=42,
         raw='{"type":"step_start","part":{"id":"p1"}}',
         kind="step_start",
+        observed_at_ms=1_700_000_000_500,
+    ),
+    ingest.LineOversized: lambda a: ingest.LineOversized(
+        source="stdout",
+        path="stdout.jsonl",
+        offset=42,
+        length=52_428_800,
+        sha256="a" * 64,
+        head="AAAA",
+        encoding="base64",
+        limit_bytes=1 << 20,
         observed_at_ms=1_700_000_000_500,
     ),
     ingest.LineMalformed: lambda a: ingest.LineMalformed(
@@ -206,6 +232,13 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         spec_sha256="12" * 32,
         cell_ids=[_cell_id()],
         max_parallel=2,
+        budget_usd=50.0,
+        selection=control.InstanceSelection(instance_filter="^demo", rows=3, selected=1),
+        arm_kinds={"SOLO": "solo"},
+    ),
+    control.BudgetSet: lambda a: control.BudgetSet(max_usd=75.0),
+    control.BudgetReached: lambda a: control.BudgetReached(
+        max_usd=50.0, spent_usd=50.25, unknown_attempts=1, running=2
     ),
     control.DaemonStarted: lambda a: control.DaemonStarted(
         pid=99, hostname="box", max_parallel=2, version="0.1.0"

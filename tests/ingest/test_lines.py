@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from arenad.ingest.lines import (
+    HEAD_BYTES,
+    MAX_LINE_BYTES,
+    LineEvent,
     LineSplitter,
     classify_line,
     decode_raw,
@@ -14,7 +18,8 @@ from arenad.ingest.lines import (
     split_lines,
 )
 from arenad.ingest.offsets import fold_positions, line_end
-from events.ingest import LineIngested, LineMalformed
+from events.codec import encode_event
+from events.ingest import LineIngested, LineMalformed, LineOversized
 
 
 def test_object_with_kind() -> None:
@@ -147,3 +152,119 @@ def test_any_feeding_reproduces_the_bytes(content: bytes, cuts: list[int]) -> No
         offset = line_end(e)
     assert fold_positions(events).get("s", "p").offset == len(content)
     assert all(e.partial for e in tail) and not any(e.partial for e in events[: -len(tail) or None])
+
+
+# -- the line limit and compact storage (issue 14, finding 5) ------------------------------
+
+
+def test_a_line_past_the_limit_is_recorded_by_length_sha256_and_first_bytes() -> None:
+    line = b'{"kind":"big","data":"' + b"x" * 5000 + b'"}'
+    e = classify_line("s", "p", line, 10, max_line=100, observed_at_ms=3)
+    assert isinstance(e, LineOversized)
+    assert (e.offset, e.length, e.limit_bytes, e.partial, e.observed_at_ms) == (
+        10,
+        len(line),
+        100,
+        False,
+        3,
+    )
+    assert e.sha256 == hashlib.sha256(line).hexdigest()
+    assert decode_raw(e.head, e.encoding) == line[:HEAD_BYTES] and e.encoding == "utf-8"
+    assert line_end(e) == 10 + len(line) + 1
+    assert fold_positions([e]).get("s", "p").offset == 10 + len(line) + 1
+
+
+def test_the_first_bytes_of_an_oversized_line_do_not_cut_a_character_in_two() -> None:
+    line = b"a" * (HEAD_BYTES - 1) + "é".encode() * 10
+    e = classify_line("s", "p", line, 0, max_line=100)
+    assert isinstance(e, LineOversized) and e.encoding == "utf-8"
+    assert e.head == "a" * (HEAD_BYTES - 1)
+
+
+def test_control_bytes_are_stored_compactly_not_six_bytes_each() -> None:
+    # The finding: a line of NULs (valid UTF-8, not JSON) became an event six times its size.
+    line = b"\0" * 100_000
+    e = classify_line("s", "p", line, 0)
+    assert isinstance(e, LineMalformed) and e.encoding == "base64"
+    assert decode_raw(e.raw, e.encoding) == line
+    assert len(encode_event(e)) < 1.4 * len(line)
+    # Text without control characters stays text; tab and CR are not escaped that way.
+    e = classify_line("s", "p", b"not json\t\r", 0)
+    assert isinstance(e, LineMalformed) and (e.raw, e.encoding) == ("not json\t\r", "utf-8")
+
+
+def test_a_fifty_megabyte_line_streams_through_in_bounded_memory() -> None:
+    sp = LineSplitter("s", "p")
+    chunk = b"\0" * (1 << 20)
+    for _ in range(50):
+        sp.feed(chunk)
+        assert sp.take() == ([], 0)
+        assert sp.held <= MAX_LINE_BYTES + len(chunk)
+    sp.feed(b'\n{"kind":"after"}\n')
+    (big, after), nbytes = sp.take()
+    assert isinstance(big, LineOversized) and isinstance(after, LineIngested)
+    assert big.length == 50 << 20 and big.encoding == "base64"
+    assert big.sha256 == hashlib.sha256(chunk * 50).hexdigest()
+    assert decode_raw(big.head, big.encoding) == b"\0" * HEAD_BYTES
+    assert after.offset == (50 << 20) + 1 and nbytes == (50 << 20) + len(b'{"kind":"after"}')
+
+
+def test_an_unterminated_oversized_line_drains_partial() -> None:
+    sp = LineSplitter("s", "p", offset=7, max_line=8)
+    sp.feed(b"0123456789abcdef")
+    assert sp.take() == ([], 0)
+    sp.feed(b"ghij")
+    (e,), nbytes = sp.drain()
+    assert isinstance(e, LineOversized) and e.partial
+    assert (e.offset, e.length, nbytes, sp.offset) == (7, 20, 20, 27)
+    assert e.sha256 == hashlib.sha256(b"0123456789abcdefghij").hexdigest()
+
+
+def _covers(events: list[LineEvent], content: bytes, limit: int) -> int:
+    """Check each event against the bytes it stands for; return the offset reached."""
+    offset = 0
+    for e in events:
+        assert e.offset == offset
+        end = offset + e.length
+        if isinstance(e, LineOversized):
+            assert e.length > limit
+            assert e.sha256 == hashlib.sha256(content[offset:end]).hexdigest()
+            assert content[offset:end].startswith(decode_raw(e.head, e.encoding))
+        else:
+            assert e.length <= limit
+            assert decode_raw(e.raw, e.encoding) == content[offset:end]
+        if not e.partial:
+            assert content[end : end + 1] == b"\n"
+        offset = line_end(e)
+    return offset
+
+
+_long_lines = st.lists(
+    st.one_of(
+        st.just(b'{"kind":"x","n":1}'),
+        st.just(b"\0" * 40),
+        st.binary(max_size=60).filter(lambda b: b"\n" not in b),
+    ),
+    max_size=12,
+).map(lambda parts: b"\n".join(parts))
+
+
+@given(content=_long_lines, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_any_feeding_with_a_small_limit_covers_the_bytes_once(
+    content: bytes, cuts: list[int]
+) -> None:
+    limit = 16
+    sp = LineSplitter("s", "p", max_line=limit)
+    events: list[LineEvent] = []
+    prev = 0
+    for point in [*sorted({min(c, len(content)) for c in cuts}), len(content)]:
+        sp.feed(content[prev:point])
+        assert sp.held <= limit + (point - prev) + HEAD_BYTES
+        prev = point
+        got, _ = sp.take(max_events=3)
+        events.extend(got)
+        more, _ = sp.take()
+        events.extend(more)
+    tail, _ = sp.drain()
+    events.extend(tail)
+    assert _covers(events, content, limit) == len(content)

@@ -8,7 +8,14 @@ from pathlib import Path
 from arenad.ingest.offsets import fold_positions
 from arenad.ingest.tailer import FileTailer
 from events.base import Event
-from events.ingest import FileSnapshotted, FileTruncated, LineIngested, LineMalformed
+from events.codec import encode_event
+from events.ingest import (
+    FileSnapshotted,
+    FileTruncated,
+    LineIngested,
+    LineMalformed,
+    LineOversized,
+)
 from tests.ingest._util import append, rebuild
 
 
@@ -224,3 +231,39 @@ def test_torn_snapshot_at_drain_is_recorded_verbatim(tmp_path: Path) -> None:
     assert e.partial and e.offset == 0 and e.length == 16 and e.raw == '{"id": "r", "sta'
     assert e.error.startswith("torn snapshot")
     assert t.drain() == ([], 0)
+
+
+def test_an_oversized_line_is_summarised_and_the_file_keeps_it(tmp_path: Path) -> None:
+    # Issue 14, finding 5: one 8 MiB line of NULs (the finding's was 50 MB), between two
+    # ordinary lines, read in 1 MiB chunks under the default 1 MiB limit.
+    f = tmp_path / "oc.jsonl"
+    big = b"\0" * (8 << 20)
+    content = _lines(1) + big + b"\n" + _lines(1, start=1)
+    f.write_bytes(content)
+    t = FileTailer("stdout", "oc.jsonl", f)
+    events = _poll_all(t)
+    t.commit()
+    first, oversized, last = events
+    assert isinstance(first, LineIngested) and isinstance(last, LineIngested)
+    assert isinstance(oversized, LineOversized)
+    assert (oversized.offset, oversized.length) == (len(_lines(1)), len(big))
+    assert oversized.sha256 == hashlib.sha256(big).hexdigest()
+    assert len(encode_event(oversized)) < 8 << 10
+    assert f.read_bytes() == content
+    # A restart from the log's positions neither re-reads it nor takes the file as replaced.
+    positions = fold_positions([first, oversized])
+    again = FileTailer("stdout", "oc.jsonl", f, position=positions.get("stdout", "oc.jsonl"))
+    assert _poll_all(again) == [last]
+
+
+def test_a_file_replaced_after_an_oversized_line_is_seen_replaced(tmp_path: Path) -> None:
+    f = tmp_path / "oc.jsonl"
+    f.write_bytes(b"a" * 300 + b"\n")
+    t = FileTailer("stdout", "oc.jsonl", f, max_line=100)
+    (oversized,) = _poll_all(t)
+    assert isinstance(oversized, LineOversized)
+    f.write_bytes(b"b" * 300 + b"\n")
+    position = fold_positions([oversized]).get("stdout", "oc.jsonl")
+    again = FileTailer("stdout", "oc.jsonl", f, position=position, max_line=100)
+    truncated, *_ = _poll_all(again)
+    assert isinstance(truncated, FileTruncated) and truncated.reason == "replaced"

@@ -195,3 +195,17 @@ def test_record_verdict_labels_the_reward_and_refuses_what_it_cannot_record(
     assert bad.returncode == 2 and "'resolved' must be true, false or null" in bad.stderr
     unknown = arenad(home, "record-verdict", "demo:nope:SOLO:0", str(tmp_path), ok=False)
     assert unknown.returncode == 2
+
+
+def test_project_ledger_of_one_campaign(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    arenad(home, "init")
+    asyncio.run(build_campaign(home))
+    whole, one = tmp_path / "all.jsonl", tmp_path / "one.jsonl"
+    arenad(home, "project-ledger", str(whole))
+    stats = json.loads(arenad(home, "project-ledger", str(one), "--campaign", "demo").stdout)
+    assert stats["lines"] == 3 and one.read_bytes() == whole.read_bytes()
+    missing = arenad(home, "project-ledger", str(one), "--campaign", "nope", ok=False)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1].endswith("no such campaign: nope")
+    assert one.read_bytes() == whole.read_bytes()  # nothing replaced

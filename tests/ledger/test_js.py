@@ -12,12 +12,15 @@ from hypothesis import strategies as st
 
 from arenad.ledger.js import (
     MAX_TIME_MS,
+    _js_stringify_python,
     iso_ms,
     js_date_parse,
     js_number,
     js_parse,
     js_round,
     js_stringify,
+    js_stringify_bytes,
+    js_stringify_indented,
 )
 
 NODE = shutil.which("node")
@@ -118,6 +121,15 @@ def test_js_parse_refuses_what_json_parse_refuses() -> None:
         js_parse("[" * 100_000 + "]" * 100_000)
 
 
+def test_js_parse_reads_what_msgspec_refuses_as_json_parse_does() -> None:
+    # msgspec refuses these; JSON.parse reads a number past the double range as
+    # Infinity (written back as null) and keeps a lone surrogate escape.
+    assert js_parse('{"n":1e400,"m":-1e400}') == {"n": math.inf, "m": -math.inf}
+    assert js_stringify(js_parse('{"n":1e400}')) == '{"n":null}'
+    assert js_parse('"\\ud800"') == "\ud800"
+    assert js_parse('{"a":1,"a":2}') == {"a": 2}  # the last duplicate wins, in place
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -139,6 +151,36 @@ def test_serialize_round_trips(value: Any) -> None:
     assert json.loads(text, parse_int=_js_int) == value
     assert text.encode("utf-8")  # always encodable, even with lone surrogates
     assert text == js_stringify(js_parse(text))
+
+
+# Every float msgspec could be handed: each range where its notation or JS's changes.
+any_float = st.floats() | st.sampled_from(
+    [0.0, -0.0, 1.0, 1e-5, 9.99e-6, 1e-6, 1e-7, 1e15, 9.99e14, 1e16, 1e21, 2.0**53, 0.5]
+)
+unusual = (
+    any_float
+    | st.integers()
+    | st.tuples(st.integers(), st.text())
+    | st.dictionaries(st.sampled_from(["0", "1", "10", "01", "-1", "a", "9z"]), st.integers())
+)
+
+
+@settings(max_examples=1000)
+@given(
+    st.recursive(
+        json_values | unusual,
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(st.text(max_size=4), children, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
+def test_the_msgspec_path_writes_what_the_python_writer_writes(value: Any) -> None:
+    # js_stringify hands msgspec what it writes as JS does and patches the rest; the
+    # node-by-node writer (itself checked against node above) is the reference.
+    assert js_stringify(value) == _js_stringify_python(value)
+    assert js_stringify_bytes(value) == _js_stringify_python(value).encode()
 
 
 def _js_int(digits: str) -> int | float:
@@ -202,6 +244,29 @@ def test_bytes_equal_node_json_stringify(values: list[Any]) -> None:
     ).stdout
     expected = json.loads(out)
     assert [js_stringify(v) for v in values] == expected
+
+
+def test_indented_as_json_stringify_with_a_gap() -> None:
+    value = {"a": [], "b": {}, "c": [1, {"d": 8.0}], "10": "x"}
+    assert js_stringify_indented(value, 1) == (
+        '{\n "10": "x",\n "a": [],\n "b": {},\n "c": [\n  1,\n  {\n   "d": 8\n  }\n ]\n}'
+    )
+    with pytest.raises(ValueError):
+        js_stringify_indented(value, 0)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_indented_bytes_equal_node() -> None:
+    values = [{"maxUsd": 8.0, "task": "é\n", "l": [[], {}, [1.5e-7]], "n": None}, [], {}, 3.0]
+    script = (
+        "const v = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "process.stdout.write(JSON.stringify(v.map((x) => JSON.stringify(x, null, 1))));"
+    )
+    assert NODE is not None
+    out = subprocess.run(
+        [NODE, "-e", script], input=json.dumps(values), capture_output=True, text=True, check=True
+    ).stdout
+    assert [js_stringify_indented(v, 1) for v in values] == json.loads(out)
 
 
 # ---------------------------------------------------------------- Math.round

@@ -206,6 +206,49 @@ def test_bad_rows_are_skipped() -> None:
     assert s.chat() == [{"role": "user", "content": "kept"}]
 
 
+def test_parts_msgspec_refuses_are_read_as_json_parse_reads_them() -> None:
+    s = Session()
+    mid = s.assistant(
+        '{"type":"tool","callID":"c1","tool":"t","state":{"input":{"n":1e400}}}',
+        '{"type":"text","text":"first","type":"reasoning"}',  # the last duplicate wins
+        '"just a string"',
+        '{"type":"text","text":"\\ud83d"}',
+    )
+    assert mid
+    assert s.chat() == [
+        {
+            "role": "assistant",
+            "content": "\ud83d",
+            "reasoning_content": "first",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "t", "arguments": '{"n":null}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "t", "content": ""},
+    ]
+
+
+def test_a_part_is_what_json_parse_makes_of_it_duplicate_keys_and_escapes_too() -> None:
+    s = Session()
+    s.assistant(
+        text("a"),
+        # A second top-level type (the last wins): a text after all, so it is read.
+        '{"type":"step-finish","text":"b","type":"text"}',
+        # The same with the key escaped: read too.
+        '{"type":"snapshot","text":"c","\\u0074ype":"text"}',
+        '{"type": "patch", "text": "lost"}',  # dropped: whatever it holds
+        '{"type":"step-start"',  # not JSON: no boundary, the step goes on
+        text("d"),
+        '{"type":"step-start"}',  # a boundary: the step closes
+        text("e"),
+    )
+    assert [m["content"] for m in s.chat()] == ["a\nb\nc\nd", "e"]
+
+
 def test_messages_by_time_then_id_and_parts_by_id() -> None:
     s = Session()
     later = s.message({"role": "user"}, mid="msg_b", t=20)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from arenad.store.sqlite import SqliteEventStore
 from events import capture as cap
 from events import cell as ev
 from events.base import Event
+from tests.conftest import DemoRun
 from tests.events.samples import make_spec
 
 T0 = 1_700_000_000_000
@@ -233,7 +235,8 @@ def test_lines_validate_and_map(log: Path, tmp_path: Path) -> None:
     ]
     assert agent["artifacts"]["transcript_ref"] == "opencode:ses_root"
     assert agent["outcome"]["reward"] is None and agent["outcome"]["reward_source"] is None
-    assert agent["cost"]["usd"] == 0.5 and agent["cost"]["wall_s"] == 12.5
+    # wall_s: the run's 12.5 s as the reference's Math.round(ms / 1000) gives it.
+    assert agent["cost"]["usd"] == 0.5 and agent["cost"]["wall_s"] == 13
     assert agent["policy"]["provider"] == "local" and agent["policy"]["model"] == "scripted"
     assert agent["provenance"]["capture"] == "settle-time" and "gap" not in agent["provenance"]
     assert sup["outcome"]["reward"] == 1 and sup["outcome"]["verdict"] == {"resolved": True}
@@ -262,7 +265,10 @@ def test_deterministic_and_never_reads_run_dirs(log: Path, tmp_path: Path) -> No
     shutil.rmtree(tmp_path / "runs")
     asyncio.run(_project(log, c))
     assert a.read_bytes() == b.read_bytes() == c.read_bytes()
-    assert _lines(a)[0]["run_id"] == "arenad:demo"
+    # arenad:<home id>:<campaign>: the home id is the log's first row hash, fixed.
+    home = _lines(a)[0]["run_id"].split(":")[1]
+    assert re.fullmatch("[0-9a-f]{16}", home)
+    assert {x["run_id"] for x in _lines(a)} == {f"arenad:{home}:demo"}
 
 
 def test_cell_filter(log: Path, tmp_path: Path) -> None:
@@ -272,8 +278,10 @@ def test_cell_filter(log: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_ledger_survives_rebuild_and_deleted_campaigns(tmp_path: Path) -> None:
-    home = tmp_path / "h"
+def test_demo_ledger_survives_rebuild_and_deleted_campaigns(
+    tmp_path: Path, demo_run: DemoRun
+) -> None:
+    home = demo_run.copy(tmp_path / "h")
     exe = [str(Path(sys.executable).parent / "arenad"), "--home", str(home)]
 
     def arenad(*args: str) -> str:
@@ -281,7 +289,6 @@ def test_demo_ledger_survives_rebuild_and_deleted_campaigns(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    arenad("demo")
     first = tmp_path / "1.jsonl"
     stats = json.loads(arenad("project-ledger", str(first)))
     assert stats["lines"] >= 1

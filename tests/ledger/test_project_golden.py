@@ -5,6 +5,22 @@ The golden file was written by the projection as it stood before the per-section
 refactor must not move a byte. Regenerate only for an intended change of output:
 
     .venv/bin/python -m tests.ledger.test_project_golden
+
+Regenerated once since, for issue 15, each changed value traced to the reference backfill
+(shared/seeds/003) and nothing else moved:
+
+- ``cost.wall_s`` of the agent/supervisor lines is ``Math.round`` of the run's wall time
+  (``wall_s = Math.round((Date.now() - t0) / 1000)``): 1000.25 → 1000, 2599.5 → 2600,
+  7.5 → 8 (41.0 and 3 print the same);
+- the supervisor line: ``cost.usd`` is the episode's receipt, the driver's spentUsd
+  (2.25), not the worker sessions' sum (3.5, on the worker lines); ``recovered_tokens``
+  is the episode total spent + worker tokens (777 + 12345), not the workers' alone;
+  ``workers`` counts the journal's non-root spawns, unknown (null) with nothing ingested,
+  not the matched sessions (3); ``cached`` is false (no result comes from a cache);
+- worker lines follow the deduplicated ``workerCwds`` in first-seen order (/w/2, /w/1,
+  /w/3), not the directories sorted;
+- the store-unavailable supervisor cell that knew no worker cwd has no worker line (the
+  phantom ``worker_cwd: null`` line is gone: no cwd, no line).
 """
 
 from __future__ import annotations

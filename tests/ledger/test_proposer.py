@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from arenad.ledger.candidate import campaign_candidate
 from arenad.ledger.claude_transcript import claude_transcript
 from arenad.ledger.js import js_date_parse
 from arenad.ledger.lines import new_stats
 from arenad.ledger.proposer import (
-    CandidateTally,
     CapturedTranscript,
     candidate_key,
     join_transcript,
@@ -27,6 +27,7 @@ from arenad.proposer.layout import claude_project_slug
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import cell as ev
+from events.specs import CandidateSpec
 from tests.events.samples import make_spec
 
 START = "2026-08-22T10:00:00.000Z"
@@ -97,7 +98,9 @@ def test_candidate_campaign_names() -> None:
     assert candidate_key("gen0-cand12") == (0, 12)
     for name in ("gen01-cand1", "gen0-cand1-x", "demo", "gen-1-cand0"):
         assert candidate_key(name) is None
-    assert not CandidateTally.wants("demo:i:SOLO:0") and CandidateTally.wants("gen0-cand1:i:A:0")
+    assert campaign_candidate("demo") is None
+    assert campaign_candidate("gen0-cand1") == CandidateSpec(id="gen0-cand1", generation=0, index=1)
+    assert campaign_candidate("baseline") == CandidateSpec(id="baseline", generation=-1, index=-1)
 
 
 # --------------------------------------------------------------------------- end to end
@@ -179,6 +182,9 @@ async def _candidate_cells(store: SqliteEventStore, campaign: str, resolved: lis
                         materializer="git",
                     ),
                     ev.ProvenanceRecorded(attempt=1, repo="/agent", commit="feed" * 10),
+                    # Scored: a verdict counts toward the candidate only on a run that
+                    # counts (the reference judges completed runs alone).
+                    ev.CellVerified(attempt=1, scored=True),
                     ev.JudgeVerdictRecorded(
                         attempt=1,
                         judge="official",

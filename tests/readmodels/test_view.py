@@ -85,3 +85,37 @@ async def test_state(view: CellsView) -> None:
     state = await view.state(spec.cell_id)
     assert state is not None and state.spec == spec
     assert await view.state("nope:x:y:0") is None
+
+
+async def test_a_held_campaign_lists_only_cells_whose_run_started(view: CellsView) -> None:
+    # A campaign at its spend cap: its submitted cells wait, and must not fill the look
+    # ahead; cells of other campaigns are listed as before.
+    assert await view.runnable(hold_campaigns=["demo"]) == []
+    assert len(await view.runnable(hold_campaigns=["other"])) == 6
+
+
+async def test_states_and_campaign_counts(view: CellsView) -> None:
+    ids = [make_spec(instance_id=f"i{i}", rep=0).cell_id for i in range(3)]
+    states = await view.states([*ids, "nope:x:y:0"])
+    assert sorted(states) == sorted(ids)
+    assert states[ids[1]].status == "failed"
+    counts = [(c, s, n) for c, s, n, _ in await view.campaign_counts()]
+    assert counts == [("demo", "failed", 1), ("demo", "submitted", 7)]
+
+
+@pytest.mark.parametrize("folded", [False, True])
+async def test_a_held_campaign_still_lists_its_started_cells(tmp_path: Path, folded: bool) -> None:
+    from events import cell as ev
+    from tests.events.samples import sample
+
+    async with open_store(Home(tmp_path), create=True) as store:
+        specs = [make_spec(instance_id=f"i{i}") for i in range(3)]
+        for spec in specs:
+            await store.append(cell_stream(spec.cell_id), 0, [CellSubmitted(spec=spec)])
+        materialized = sample(ev.CellMaterialized)
+        await store.append(cell_stream(specs[1].cell_id), 1, [materialized])
+        await store.append(cell_stream(specs[2].cell_id), 1, [materialized, sample(ev.RunStarted)])
+        view: CellsView = FoldedCellsView(store) if folded else SqliteCellsView(store)
+        held = await view.runnable(hold_campaigns=["demo"])
+        assert held == [(specs[2].cell_id, "demo")]  # running: its runner must go on
+        assert len(await view.runnable()) == 3

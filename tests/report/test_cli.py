@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from arenad.home import Home, open_store
+from tests.conftest import DemoRun
 from tests.report.arena_log import build_arena
 
 ARENAD = str(Path(sys.executable).parent / "arenad")
@@ -87,9 +88,8 @@ def _close(a: float | None, b: float) -> bool:
 
 
 @pytest.mark.slow
-def test_the_report_agrees_with_status_on_a_real_demo(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    arenad(home, "demo")
+def test_the_report_agrees_with_status_on_a_real_demo(demo_run: DemoRun) -> None:
+    home = demo_run.home
     status: list[dict[str, Any]] = json.loads(arenad(home, "status", "--json").stdout)["cells"]
     report = json.loads(arenad(home, "report", "--json").stdout)
     (arm,) = report["arms"]

@@ -23,9 +23,24 @@ from arenad.runs.files import RunFiles
 from events.base import Event
 from events.cell import RunStarted
 from events.ingest import IngestionClosed, LineIngested, LineMalformed
+from events.specs import CellSpec, CommandArm, ExecutorSpec, InstanceSpec, MaterializerSpec
 
 MakeExecutor = Callable[[], Awaitable[Executor]]
 STREAM = "cell/c:i:A:0"
+
+
+def cell_spec(executor: ExecutorSpec | None = None) -> CellSpec:
+    """A cell's spec, for what an executor reads of it (where it may run)."""
+    return CellSpec(
+        campaign="c",
+        instance=InstanceSpec(
+            instance_id="i", base_commit="0" * 40, problem_statement="p", verify_cmd="true"
+        ),
+        arm=CommandArm(name="A", argv=["true"]),
+        rep=0,
+        materializer=MaterializerSpec(kind="git", source="/nonexistent"),
+        executor=executor,
+    )
 
 
 def _request(run_dir: Path, script: str, *, timeout_s: float = 60.0) -> RunRequest:

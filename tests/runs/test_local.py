@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from arenad.runs.executor import Executor
+from arenad.runs.executor import Executor, ExecutorMismatch
 from arenad.runs.local import LocalExecutor
-from tests.runs.executor_contract import ExecutorContract, MakeExecutor
+from events.specs import ExecutorSpec
+from tests.runs.executor_contract import ExecutorContract, MakeExecutor, cell_spec
 
 
 class TestLocalExecutor(ExecutorContract):
@@ -20,3 +21,11 @@ class TestLocalExecutor(ExecutorContract):
             return executor
 
         return make
+
+
+async def test_a_cell_that_asks_for_another_executor_is_refused(tmp_path: Path) -> None:
+    executor = LocalExecutor(store_path=tmp_path / "absent.db")
+    spec = cell_spec(executor=ExecutorSpec(kind="ray", resources={"arenad_slot": 1}))
+    with pytest.raises(ExecutorMismatch, match="asks for the ray executor"):
+        await executor.site(spec.cell_id, 1, spec)
+    assert await executor.site(spec.cell_id, 1, cell_spec()) is not None

@@ -184,6 +184,42 @@ class EventStoreContract(abc.ABC):
         assert await store.streams("s/") == ["s/b"]
         assert [r.seq for r in await collect(store.read_all())] == [1]
 
+    async def test_append_batches_is_one_transaction_across_batches(
+        self, store: EventStore
+    ) -> None:
+        async def batches() -> AsyncIterator[list[AppendRequest]]:
+            yield [AppendRequest("s/a", 0, lines(0, 2))]
+            yield []
+            yield [AppendRequest("s/a", 2, lines(2, 3)), AppendRequest("s/b", 0, lines(3, 4))]
+
+        assert await store.append_batches(batches()) == 4
+        assert [(r.seq, r.stream, r.version) for r in await collect(store.read_all())] == [
+            (1, "s/a", 1),
+            (2, "s/a", 2),
+            (3, "s/a", 3),
+            (4, "s/b", 1),
+        ]
+
+    async def test_append_batches_is_all_or_nothing(self, store: EventStore) -> None:
+        await store.append("s/b", 0, lines(0, 1))
+
+        async def failing() -> AsyncIterator[list[AppendRequest]]:
+            yield [AppendRequest("s/a", 0, lines(1, 3))]
+            raise ValueError("the writer's own failure, after a batch went in")
+
+        with pytest.raises(ValueError, match="the writer's own failure"):
+            await store.append_batches(failing())
+
+        async def conflicting() -> AsyncIterator[list[AppendRequest]]:
+            yield [AppendRequest("s/a", 0, lines(1, 3))]
+            yield [AppendRequest("s/b", 0, lines(3, 4))]  # s/b is at 1
+
+        with pytest.raises(ConcurrencyError):
+            await store.append_batches(conflicting())
+        assert await store.last_seq() == 1
+        assert await store.streams("s/") == ["s/b"]
+        assert await store.append("s/a", 0, lines(5, 6))  # and the store still appends
+
     async def test_append_many_returns_one_list_per_request_in_order(
         self, store: EventStore
     ) -> None:

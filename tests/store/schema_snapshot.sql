@@ -27,6 +27,13 @@ last_seq INTEGER NOT NULL,
 state_json BLOB NOT NULL
 );
 
+-- table chain_checkpoint
+CREATE TABLE chain_checkpoint (
+id INTEGER PRIMARY KEY CHECK (id = 1),
+seq INTEGER NOT NULL,
+hash BLOB NOT NULL
+);
+
 -- table events
 CREATE TABLE events (
 seq INTEGER PRIMARY KEY,

@@ -4,14 +4,18 @@ found by `arenad verify-log`, which names the first bad sequence number."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from arenad.home import Home, open_store
 from arenad.store.chain import GENESIS, ChainRow, row_hash, verify_rows
+from tests.conftest import make_repo
+from tests.daemon.support import cli, command_campaign
 from tests.store.contract import lines
-from tests.store.helpers import run_arenad, sqlite3_cli
+from tests.store.helpers import count_rows, run_arenad, sqlite3_cli
 
 DROP_TRIGGERS = (
     "DROP TRIGGER events_are_append_only_update;\nDROP TRIGGER events_are_append_only_delete;\n"
@@ -144,3 +148,133 @@ def test_the_hash_separates_fields() -> None:
     a = row_hash(GENESIS, 1, "ab", 1, "c", 1, 0, b"{}")
     b = row_hash(GENESIS, 1, "a", 1, "bc", 1, 0, b"{}")
     assert a != b
+
+
+# -- tamper refusal: nothing is appended on top of a log that fails (issue 14, finding 9) --
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines_ = done.stderr.strip().splitlines()
+    assert len(lines_) == 1, done.stderr
+    return lines_[0]
+
+
+@pytest.fixture
+def campaign_home(tmp_path: Path) -> tuple[Path, Path]:
+    """A home with one finished cell (for retry) and one submitted cell, and a campaign
+    not submitted yet."""
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    camp = command_campaign(
+        tmp_path / "c.toml", name="tp", repo=repo, base=base, argv=["true"], instances=("i1",)
+    )
+    home = tmp_path / "home"
+    assert cli(home, "init").returncode == 0
+    assert cli(home, "submit", str(camp)).returncode == 0
+    assert cli(home, "daemon", "--until-idle").returncode == 0
+    more = command_campaign(
+        tmp_path / "d.toml", name="tq", repo=repo, base=base, argv=["true"], instances=("i2",)
+    )
+    assert cli(home, "submit", str(more)).returncode == 0
+    # Not submitted yet: its submit has cells to append.
+    fresh = command_campaign(
+        tmp_path / "e.toml", name="tr", repo=repo, base=base, argv=["true"], instances=("i3",)
+    )
+    return home, fresh
+
+
+def test_every_command_that_appends_refuses_a_log_with_a_deleted_row(
+    campaign_home: tuple[Path, Path],
+) -> None:
+    home, camp = campaign_home
+    db = home / "arenad.db"
+    sqlite3_cli(db, DROP_TRIGGERS + "DELETE FROM events WHERE seq = 3;\n")
+    before = count_rows(db)
+    commands = [
+        ("daemon", "--until-idle"),
+        ("submit", str(camp)),
+        ("retry", "tp:i1:CMD:0"),
+        ("abort", "tq:i2:CMD:0"),
+        ("pause", "tq:i2:CMD:0"),
+        ("set-max-parallel", "3"),
+    ]
+    for args in commands:
+        done = cli(home, *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        line = _one_line(done)
+        assert "fails verification at row 3" in line and "verify-log" in line, (args, line)
+        assert count_rows(db) == before, f"{args[0]} wrote on top of a tampered log"
+
+
+def test_a_row_inserted_past_the_head_is_refused_by_name_not_by_a_constraint(
+    home: Path,
+) -> None:
+    # The daemon stopped with a raw "UNIQUE constraint failed: events.seq".
+    sqlite3_cli(
+        home / "arenad.db",
+        "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms,"
+        " payload, hash) SELECT 13, stream, version + 100, tag, schema_version,"
+        " recorded_at_ms, payload, hash FROM events WHERE seq = 12;\n",
+    )
+    done = run_arenad(home, "daemon", "--until-idle")
+    assert done.returncode == 1
+    line = _one_line(done)
+    assert "UNIQUE constraint" not in line
+    assert "fails verification at row 13" in line and "past the log's head" in line, line
+
+
+def _truncate_and_rewrite_head(db: Path, keep: int) -> None:
+    sqlite3_cli(
+        db,
+        DROP_TRIGGERS + f"DELETE FROM events WHERE seq > {keep};\n"
+        f"UPDATE log_head SET seq = {keep}, hash = (SELECT hash FROM events WHERE seq = {keep});\n"
+        "UPDATE chain_checkpoint SET seq = 0, hash = zeroblob(32);\n",
+    )
+
+
+def test_an_anchor_kept_elsewhere_catches_truncation_with_a_rewritten_head(
+    home: Path, tmp_path: Path
+) -> None:
+    anchor = tmp_path / "elsewhere" / "arenad.anchor"
+    anchor.parent.mkdir()
+    done = run_arenad(home, "verify-log", "--anchor", str(anchor))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"log ok: {ROWS} events, chain verified; head (row {ROWS}) recorded in {anchor}"
+    )
+    recorded = json.loads(anchor.read_text())
+    assert recorded["seq"] == ROWS and len(bytes.fromhex(recorded["hash"])) == 32
+    # Deleting the newest rows and rewriting the head (and the checkpoint) leaves a valid,
+    # shorter chain: the chain alone cannot tell.
+    _truncate_and_rewrite_head(home / "arenad.db", 9)
+    assert verify(home)[0] == 0
+    done = run_arenad(home, "verify-log", "--anchor", str(anchor))
+    assert done.returncode == 1
+    line = _one_line(done)
+    assert line.startswith("arenad: log tampered or damaged at seq 10:"), line
+    assert str(anchor) in line
+    assert json.loads(anchor.read_text())["seq"] == ROWS, "a failed check moved the anchor"
+
+
+def test_an_anchor_moves_with_an_intact_log(home: Path, tmp_path: Path) -> None:
+    anchor = tmp_path / "a.anchor"
+    assert run_arenad(home, "verify-log", "--anchor", str(anchor)).returncode == 0
+
+    async def more() -> None:
+        async with open_store(Home(home)) as store:
+            await store.append("ingest/c0/1", None, lines(100, 103))
+
+    asyncio.run(more())
+    done = run_arenad(home, "verify-log", "--anchor", str(anchor))
+    assert done.returncode == 0, done.stderr
+    assert f"matches the anchor at row {ROWS}; {anchor} now at row {ROWS + 3}" in done.stdout
+    assert json.loads(anchor.read_text())["seq"] == ROWS + 3
+
+
+def test_a_file_that_is_not_an_anchor_is_a_user_error(home: Path, tmp_path: Path) -> None:
+    anchor = tmp_path / "a.anchor"
+    anchor.write_text("{}")
+    done = run_arenad(home, "verify-log", "--anchor", str(anchor))
+    assert done.returncode == 2
+    assert str(anchor) in _one_line(done)

@@ -22,7 +22,17 @@ def test_a_spec_names_action_tag_and_occurrence() -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["crash:run.started", "crash-after", "crash-after:", "crash-after:x:0", "a:b:c:d"]
+    "spec",
+    [
+        "crash:run.started",
+        "crash-after",
+        "crash-after:",
+        "crash-after:run.started:0",
+        "a:b:c:d",
+        # A tag no event has: the fault would never fire (issue 14, finding 10).
+        "crash-after:run.startd",
+        "full-after:x:2",
+    ],
 )
 def test_a_bad_spec_is_a_user_error(spec: str) -> None:
     with pytest.raises(UserError, match="ARENAD_FAULT"):

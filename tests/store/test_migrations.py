@@ -181,6 +181,7 @@ def test_migrate_list_shows_applied_and_pending_and_writes_nothing(tmp_path: Pat
         ["applied", "0001_events.sql"],
         ["pending", "0002_cells.sql"],
         ["pending", "0003_runnable_index.sql"],
+        ["pending", "0004_chain_checkpoint.sql"],
     ]
     assert db_path.read_bytes() == before_bytes
     assert os.stat(db_path).st_mtime_ns == before_mtime
@@ -191,9 +192,12 @@ def test_migrate_list_shows_applied_and_pending_and_writes_nothing(tmp_path: Pat
     # `migrate` then applies the pending one; the list shows it applied.
     done = run_arenad(home, "migrate")
     assert done.returncode == 0, done.stderr
-    assert "2 migration(s) applied: 0002_cells.sql, 0003_runnable_index.sql" in done.stdout
+    assert (
+        "3 migration(s) applied: 0002_cells.sql, 0003_runnable_index.sql,"
+        " 0004_chain_checkpoint.sql" in done.stdout
+    )
     done = run_arenad(home, "migrate", "--list")
-    assert [line.split()[0] for line in done.stdout.splitlines()] == ["applied"] * 3
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["applied"] * 4
 
 
 def test_migrate_list_on_a_missing_store_is_a_user_error(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from arenad.errors import ConcurrencyError, StoreError
+from arenad.errors import ConcurrencyError, LogTampered, StoreError
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events.cell import CellFailed
@@ -93,9 +93,9 @@ class StaleStore(SqliteEventStore):
     """A writer whose version check reads a stale version (as a cache would): only
     the UNIQUE(stream, version) key stands between it and a fork."""
 
-    async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int]]:
-        seq, prev, _ = await super()._head_and_versions(streams)
-        return seq, prev, {}
+    async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int], int]:
+        seq, prev, _, last = await super()._head_and_versions(streams)
+        return seq, prev, {}, last
 
 
 async def test_unique_stream_version_is_the_backstop(tmp_path: Path) -> None:
@@ -281,3 +281,141 @@ async def test_many_streams_in_one_batch(store: SqliteEventStore) -> None:
         await store.append_many(again)
     assert caught.value.stream == "s/1100"
     assert await store.last_seq() == 1200
+
+
+async def test_append_batches_chains_every_batch_and_projects_it(
+    store: SqliteEventStore,
+) -> None:
+    # The chain runs on from batch to batch inside the one transaction: verify-log agrees.
+    async def batches() -> AsyncIterator[list[AppendRequest]]:
+        for n in range(5):
+            yield [AppendRequest(f"s/{n}", 0, lines(10 * n, 10 * n + 3))]
+
+    assert await store.append_batches(batches()) == 15
+    await store.append("s/0", 3, lines(99, 100))
+    report = await store.verify_chain()
+    assert report.ok and report.rows == 16
+
+
+# -- tamper refusal: every append checks the chain from the last verified head -------------
+
+_UNGUARD = (
+    "DROP TRIGGER IF EXISTS events_are_append_only_update;"
+    " DROP TRIGGER IF EXISTS events_are_append_only_delete;"
+)
+
+
+def _tamper(path: Path, sql: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript(_UNGUARD + sql)
+    finally:
+        conn.close()
+
+
+def _checkpoint(path: Path) -> tuple[int, bytes, bytes | None]:
+    with sqlite3.connect(path) as conn:
+        seq, digest = conn.execute("SELECT seq, hash FROM chain_checkpoint").fetchone()
+        row = conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+    return seq, digest, row[0] if row else None
+
+
+async def _filled(path: Path, rows: int, every: int = 5) -> None:
+    store = await SqliteEventStore.open(path)
+    store.checkpoint_rows = every
+    try:
+        for n in range(rows):
+            await store.append(f"ingest/c{n % 3}/1", None, [line(n)])
+    finally:
+        await store.close()
+
+
+async def test_the_chain_checkpoint_advances_inside_appends(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    await _filled(path, 12)
+    seq, digest, stored = _checkpoint(path)
+    assert 10 <= seq <= 12 and digest == stored
+
+
+async def test_a_row_deleted_below_the_checkpoint_is_refused_by_a_new_writer(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "events.db"
+    await _filled(path, 12)
+    _tamper(path, "DELETE FROM events WHERE seq = 3;")
+    store = await SqliteEventStore.open(path)
+    try:
+        with pytest.raises(LogTampered) as caught:
+            await store.append("cell/x", 0, [line(99)])
+        assert caught.value.first_bad_seq == 3
+        assert "row 3 is missing" in str(caught.value) and "verify-log" in str(caught.value)
+        assert await store.last_seq() == 12
+    finally:
+        await store.close()
+
+
+async def test_an_edited_checkpoint_is_walked_past_and_repaired(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    await _filled(path, 12)
+    _tamper(path, "UPDATE chain_checkpoint SET hash = zeroblob(32);")
+    store = await SqliteEventStore.open(path)
+    try:
+        await store.append("cell/x", 0, [line(99)])
+    finally:
+        await store.close()
+    seq, digest, stored = _checkpoint(path)
+    assert seq >= 12 and digest == stored
+
+
+async def test_a_truncated_log_with_a_rewritten_head_below_the_checkpoint_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "events.db"
+    await _filled(path, 12)
+    checkpoint, _, _ = _checkpoint(path)
+    _tamper(
+        path,
+        "DELETE FROM events WHERE seq > 8;"
+        " UPDATE log_head SET seq = 8, hash = (SELECT hash FROM events WHERE seq = 8);",
+    )
+    store = await SqliteEventStore.open(path)
+    try:
+        with pytest.raises(LogTampered, match=f"verified up to row {checkpoint}"):
+            await store.append("cell/x", 0, [line(99)])
+    finally:
+        await store.close()
+
+
+async def test_a_live_writer_checks_what_others_appended_and_inserted(tmp_path: Path) -> None:
+    # A daemon's store stays open for days: rows another process appends are checked
+    # before it builds on them, and a row inserted past the head is named.
+    path = tmp_path / "events.db"
+    ours = await SqliteEventStore.open(path)
+    theirs = await SqliteEventStore.open(path)
+    try:
+        await ours.append("cell/a", 0, lines(0, 3))
+        await theirs.append("cell/b", 0, lines(3, 6))
+        await ours.append("cell/a", 3, [line(6)])
+        await theirs.append("cell/b", 3, [line(7)])
+        _tamper(path, "UPDATE events SET payload = CAST(payload AS TEXT) || ' ' WHERE seq = 8;")
+        with pytest.raises(LogTampered) as caught:
+            await ours.append("cell/a", 4, [line(8)])
+        assert caught.value.first_bad_seq == 8
+        assert await ours.last_seq() == 8
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
+async def test_a_row_inserted_past_the_head_is_refused_before_the_insert(
+    store: SqliteEventStore,
+) -> None:
+    await store.append("cell/a", 0, lines(0, 3))
+    _tamper(
+        store.path,
+        "INSERT INTO events SELECT 4, stream, version + 9, tag, schema_version,"
+        " recorded_at_ms, payload, hash FROM events WHERE seq = 3;",
+    )
+    with pytest.raises(LogTampered) as caught:
+        await store.append("cell/a", 3, [line(3)])
+    assert caught.value.first_bad_seq == 4 and "past the log's head" in str(caught.value)

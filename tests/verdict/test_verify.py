@@ -19,6 +19,15 @@ async def test_pass_writes_stdout_then_stderr(tmp_path: Path) -> None:
     assert log.read_text() == f"out\n{tmp_path}\nerr\n"
     assert result.log_path == str(log)
     assert not (tmp_path / "verify.log.stderr").exists()
+    assert result.log_excerpt is not None and result.log_excerpt.text == log.read_text()
+
+
+async def test_the_log_tail_comes_back_bounded(tmp_path: Path) -> None:
+    log = tmp_path / "verify.log"
+    result = await run_verify("seq 1 5000; echo FAILED >&2", tmp_path, log, keep_bytes=20)
+    excerpt = result.log_excerpt
+    assert excerpt is not None and excerpt.text.endswith("4999\n5000\nFAILED\n")
+    assert (excerpt.kept_bytes, excerpt.size, excerpt.cut) == (20, log.stat().st_size, "tail")
 
 
 async def test_fail(tmp_path: Path) -> None:

@@ -1,0 +1,174 @@
+"""The view's pages: HTML from the folds' data, through autoescaping templates.
+
+Every value is escaped by Jinja's autoescape (attributes included), so nothing an agent
+wrote (a transcript, a patch, a log line, a name) can become markup or script; the only
+HTML taken as is is the report's body (:func:`arenad.report.render.html_body`), which
+escapes everything itself. No page has inline script or style: the server's
+Content-Security-Policy allows only its own /static files. Templates ship in the package
+and are loaded once, like code; rendering reads nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import quote
+
+import jinja2
+import msgspec
+from markupsafe import Markup
+
+from arenad.readmodels.progress import STATES, CampaignLine, CellLine, DaemonLine, Progress
+from arenad.report.project import Report
+from arenad.report.render import html_body, utc
+from arenad.view.cell import CellView
+
+__all__ = [
+    "campaign_page",
+    "cell_page",
+    "error_page",
+    "overview_page",
+    "progress_event",
+    "progress_values",
+    "report_page",
+]
+
+_json = msgspec.json.Encoder()
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024 / 1024:.1f} MiB"
+
+
+def cell_url(cell_id: str) -> str:
+    # Always under /cells/ and fully quoted: a name can never make a link of its own.
+    return "/cells/" + quote(cell_id, safe="")
+
+
+def campaign_url(name: str) -> str:
+    return "/campaigns/" + quote(name, safe="")
+
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("arenad.view", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters.update(
+    utc=lambda ms: "-" if ms is None else utc(ms),
+    usd=_usd,
+    secs=_secs,
+    dash=_dash,
+    bytes=_bytes,
+    cell_url=cell_url,
+    campaign_url=campaign_url,
+)
+
+
+def _render(name: str, **context: object) -> str:
+    return _env.get_template(name).render(**context)
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def _spend(line: CampaignLine) -> str:
+    tail = f" + {line.cost_unknown_runs} run(s) of unknown cost" if line.cost_unknown_runs else ""
+    return _usd(line.cost_usd) + tail
+
+
+def _daemon(daemon: DaemonLine | None) -> str:
+    if daemon is None:
+        return "no daemon has run on this log"
+    who = f"daemon pid {daemon.pid} on {daemon.hostname}"
+    if daemon.stopped_at_ms is None:
+        return (
+            f"{who} since {utc(daemon.started_at_ms)}, max-parallel {daemon.max_parallel}"
+            " (no stop recorded)"
+        )
+    return f"no daemon running: {who} stopped {utc(daemon.stopped_at_ms)} ({daemon.stop_reason})"
+
+
+def progress_values(progress: Progress, error: str | None = None) -> dict[str, str]:
+    """Every live figure of the overview by its key (``<figure>@<campaign>``, or
+    ``<figure>`` for the totals): the page's first render and each update use these same
+    strings, so an update can only change what the log changed. ``error``: why the view
+    could not read the log just now."""
+    values = {
+        "daemon": _daemon(progress.daemon),
+        "seq": str(progress.last_seq),
+        "error": f"The log could not be read ({error}); retrying." if error else "",
+    }
+    for line in [*progress.campaigns, progress.total]:
+        at = f"@{line.name}" if line.name else ""
+        values[f"cells{at}"] = str(line.cells)
+        values[f"paused{at}"] = str(line.paused)
+        values[f"runs{at}"] = str(line.runs)
+        values[f"spend{at}"] = _spend(line)
+        for state, n in line.states.items():
+            values[f"{state}{at}"] = str(n)
+    return values
+
+
+def progress_event(progress: Progress, error: str | None = None) -> bytes:
+    """One server-sent event's data: the campaigns shown and every live figure."""
+    return _json.encode(
+        {
+            "last_seq": progress.last_seq,
+            "campaigns": [c.name for c in progress.campaigns],
+            "values": progress_values(progress, error),
+        }
+    )
+
+
+def overview_page(progress: Progress, error: str | None = None) -> str:
+    names = _json.encode([c.name for c in progress.campaigns]).decode()
+    return _render(
+        "overview.html",
+        progress=progress,
+        values=progress_values(progress, error),
+        states=STATES,
+        names_json=names,
+    )
+
+
+def campaign_page(line: CampaignLine, cells: Sequence[CellLine]) -> str:
+    return _render("campaign.html", line=line, cells=cells, spend=_spend(line))
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+def report_page(report: Report, campaigns: Sequence[str] = ()) -> str:
+    query = "&".join(f"campaign={quote(c, safe='')}" for c in campaigns)
+    return _render(
+        "report.html",
+        # The report escapes every name itself (tests/report/test_render.py).
+        body=Markup(html_body(report)),
+        page_url="/report.html" + (f"?{query}" if query else ""),
+    )
+
+
+def cell_page(cell: CellView) -> str:
+    return _render("cell.html", cell=cell)
+
+
+def error_page(status: int, message: str) -> str:
+    return _render("error.html", status=status, message=message)

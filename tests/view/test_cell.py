@@ -1,0 +1,136 @@
+"""arenad.view.cell and pages: a cell's page from its streams, and the page escaped."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from arenad.home import Home, open_store
+from arenad.view.cell import LINES_SHOWN, TEXT_SHOWN, cell_view, excerpt_text
+from arenad.view.pages import cell_page
+from events import cell as ev
+from events import ingest as ing
+from events.base import Event, Recorded
+from events.codec import event_tag
+from events.streams import attempt_prefixes, cell_stream
+from tests.report.arena_log import T0
+from tests.view.view_log import (
+    CALM_CELL,
+    PATCH,
+    TOOL_XSS,
+    USER_XSS,
+    VERIFY_LOG,
+    XSS_CELL,
+    build_view_log,
+)
+
+
+async def _records(home: Path, cell_id: str) -> list[Recorded]:
+    async with open_store(Home(home)) as store:
+        ingest, capture = attempt_prefixes(cell_id)
+        others = await store.streams(ingest) + await store.streams(capture)
+        return await store.read_stream(cell_stream(cell_id)) + await store.read_streams(others)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("view") / "home"
+    asyncio.run(build_view_log(home))
+    return home
+
+
+def test_the_page_data_of_a_recovered_cell(home: Path) -> None:
+    records = asyncio.run(_records(home, XSS_CELL))
+    view = cell_view(reversed(records))  # any order: the fold sorts by seq
+    assert view is not None
+    assert (view.cell_id, view.state, view.attempt, view.arm_kind) == (
+        XSS_CELL,
+        "recovered",
+        1,
+        "solo",
+    )
+    (a,) = view.attempts
+    assert a.ended == "completed, rc 0" and a.wall_s == 12.5 and a.cost_usd == 0.0125
+    assert a.patch is not None and a.patch.text == PATCH and not a.patch.shortened
+    assert [d.kind for d in a.patch_lines].count("add") == 1
+    assert a.verify_log is not None and a.verify_log.text == VERIFY_LOG
+    (session,) = a.sessions
+    roles = [m.role for m in session.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert session.messages[0].content == USER_XSS
+    assert session.messages[1].reasoning == "The sign is wrong."
+    assert session.messages[1].tool_calls[0].name == "bash"
+    assert (session.messages[2].content, session.messages[2].tool_name) == (TOOL_XSS, "bash")
+    assert a.lines_total == 2 and a.lines[1].malformed == "x"
+    # The timeline is the audit trail: every cell event and the capture, no ingested line.
+    tags = [r.tag for r in view.timeline]
+    assert tags[0] == "cell.submitted" and "capture.opencode-session" in tags
+    assert "cell.patch-captured" in tags and "ingest.line" not in tags
+    assert [r.seq for r in view.timeline] == sorted(r.seq for r in view.timeline)
+
+
+def test_every_hostile_string_is_escaped_on_the_page(home: Path) -> None:
+    view = cell_view(asyncio.run(_records(home, XSS_CELL)))
+    assert view is not None
+    page = cell_page(view)
+    for needle in ("<script>window", "<img", "<iframe", "<svg", '<a href="javascript', "<style>"):
+        assert needle not in page, needle
+    assert "&lt;script&gt;window.__xss=&#39;user&#39;&lt;/script&gt;" in page
+    assert "&lt;b&gt;judge&lt;/b&gt;" in page
+
+
+def test_a_running_cell_and_an_unknown_one(home: Path) -> None:
+    view = cell_view(asyncio.run(_records(home, CALM_CELL)))
+    assert view is not None and view.state == "running"
+    (a,) = view.attempts
+    assert (a.ended, a.verified, a.patch, a.sessions, a.cost_usd) == (None, None, None, [], None)
+    assert "running" in cell_page(view)
+    assert cell_view([]) is None
+
+
+def _rec(seq: int, stream: str, event: Event) -> Recorded:
+    return Recorded(seq, stream, seq, event_tag(event), 1, T0 + seq, event)
+
+
+def test_an_older_log_without_captured_text_says_where_the_files_were(home: Path) -> None:
+    records = [
+        r
+        for r in asyncio.run(_records(home, XSS_CELL))
+        if not isinstance(r.event, ev.PatchCaptured | ev.VerifyLogCaptured)
+    ]
+    view = cell_view(records)
+    assert view is not None and view.attempts[0].patch is None
+    page = cell_page(view)
+    assert "recorded before arenad kept patches" in page and "/h/patches/xss.solo.patch" in page
+    assert "recorded before arenad kept verify logs" in page
+
+
+def test_long_texts_are_shortened_for_the_page_and_say_so(home: Path) -> None:
+    records = asyncio.run(_records(home, CALM_CELL))
+    stream = "ingest/" + CALM_CELL + "/1"
+    long_line = "x" * (TEXT_SHOWN * 3)
+    extra = [
+        _rec(
+            1000 + i,
+            stream,
+            ing.LineIngested(source="stdout", path="oc.jsonl", offset=i, length=1, raw=long_line),
+        )
+        for i in range(LINES_SHOWN + 5)
+    ]
+    view = cell_view(records + extra)
+    assert view is not None
+    (a,) = view.attempts
+    assert a.lines_total == LINES_SHOWN + 5 and len(a.lines) == LINES_SHOWN
+    assert a.lines[0].shortened == len(long_line) - len(a.lines[0].text) > 0
+    assert f"the first {LINES_SHOWN} shown" in cell_page(view)
+
+
+def test_base64_excerpts_are_shown_as_text() -> None:
+    raw = b"caf\xe9\n"
+    excerpt = ev.TextExcerpt(
+        text=base64.b64encode(raw).decode(), encoding="base64", kept_bytes=5, size=5, sha256="0"
+    )
+    assert excerpt_text(excerpt) == "caf\ufffd\n"

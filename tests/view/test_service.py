@@ -1,0 +1,48 @@
+"""The view's edge: the bind and the token rule, checked before anything listens."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from arenad.errors import UserError
+from arenad.home import Home
+from arenad.view.service import bind, is_loopback, serve_view
+from tests.view.view_log import build_view_log
+
+
+def test_what_counts_as_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("127.8.9.1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    asyncio.run(build_view_log(tmp_path / "home"))
+    return Home(tmp_path / "home")
+
+
+def test_a_non_loopback_host_needs_a_token(home: Home) -> None:
+    with pytest.raises(UserError, match=r"--host 0\.0\.0\.0 is not a loopback address"):
+        asyncio.run(serve_view(home, "0.0.0.0", 0))
+    with pytest.raises(UserError, match="an empty token protects nothing"):
+        asyncio.run(serve_view(home, "127.0.0.1", 0, token=" "))
+    with pytest.raises(UserError, match="cannot resolve"):
+        asyncio.run(serve_view(home, "no-such-host.invalid", 0, token="t"))
+
+
+def test_a_home_without_a_store_is_refused_before_binding(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no arenad store"):
+        asyncio.run(serve_view(Home(tmp_path / "nothing"), "127.0.0.1", 0))
+
+
+def test_a_port_in_use_is_a_user_error() -> None:
+    taken = bind("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{port}"):
+            bind("127.0.0.1", port)
+    finally:
+        taken.close()
