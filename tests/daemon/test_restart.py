@@ -216,7 +216,9 @@ def test_on_a_full_disk_a_finished_run_is_recorded_with_its_real_status(tmp_path
     )
     home = tmp_path / "home"
     with small_fs(home / "campaigns", size="16m") as fs:
-        home = _setup(tmp_path, ["bash", "-c", script])
+        # Unsandboxed: what is tested is the wrapper's writes on a full disk, and the
+        # agent waits on a file of the test's (a sandboxed agent sees only its cell).
+        home = _setup(tmp_path, ["bash", "-c", script], extra='[sandbox]\nkind = "none"')
         daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
         try:
             wait_for(marker.exists, "the agent to start")
