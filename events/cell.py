@@ -37,6 +37,17 @@ class CellMaterialized(Event, tag="cell.materialized", frozen=True, kw_only=True
     dotgit_identity: str | None = None
 
 
+class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run could see (the audit trail of its confinement): the sandbox's kind and
+    version, and every path shown inside, read-only and read-write. Everything else on the
+    machine was hidden. ``kind`` "none": no sandbox (the daemon user's whole view)."""
+
+    kind: str
+    version: str | None = None
+    read_only: list[str] = []
+    read_write: list[str] = []
+
+
 class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     attempt: int
     argv: list[str]
@@ -60,6 +71,8 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     # Which executor started it ("local", "ray") and where it runs (None: this machine).
     executor: str = "local"
     node: str | None = None
+    # The run's view of the machine (None: recorded before runs were sandboxed).
+    sandbox: SandboxView | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):

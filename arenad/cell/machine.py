@@ -117,6 +117,8 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     infra_failures: int = 0
     # A policy retry's backoff: the current attempt starts no earlier than this.
     not_before_ms: int | None = None
+    # Why the attempt before this one failed (its CellFailed error), if it did.
+    previous_failure: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -208,6 +210,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
         case ev.CellRetried():
             return {
                 "attempt": event.attempt,
+                "previous_failure": state.failed.error if state.failed is not None else None,
                 "not_before_ms": event.not_before_ms,
                 "run_dir": None,
                 "workspace": None,

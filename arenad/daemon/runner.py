@@ -53,6 +53,7 @@ from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
+from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
 from arenad.verdict.judge import no_verdict
@@ -261,6 +262,7 @@ class CellRunner:
             run_dir=run_dir,
             workspace=Path(state.workspace),
             env=cell_env_for(run_dir, self.config.base_env),
+            home_root=str(self.config.home.root),
         )
 
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
@@ -324,6 +326,10 @@ class CellRunner:
             async with stalls.reported(self.cell_id, "spawn"):
                 launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
                 before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        except SandboxError as exc:
+            # What the campaign asks cannot be confined here: a new attempt would fail alike.
+            await self._fail(state, "launch", str(exc), retryable=False)
+            return
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return
@@ -367,6 +373,7 @@ class CellRunner:
             output_cap_bytes=files.cap_bytes,
             executor=record.executor,
             node=record.node,
+            sandbox=launch.sandbox,
         )
         try:
             state = await self._append([*before_start, started])
@@ -550,7 +557,17 @@ class CellRunner:
                 )
                 return
         events: list[Event] = [outcome, *_output_capped(state.run, end, attempt)]
-        events += await self.arm.end_events(site, ctx, self._ingested(attempt, sink))
+        reader = self._ingested(attempt, sink)
+        events += await self.arm.end_events(site, ctx, reader)
+        failed = end.how == "timed_out" or (end.how == "exited" and end.code != 0)
+        infra = await self.arm.infra_cause(site, ctx, reader) if failed else None
+        if infra is not None:
+            # The provider failed the run before any model step: not the agent's loss. The
+            # run's end and the failure are one transaction, with the policy's new attempt.
+            await self._fail(
+                state, "run", infra.cause, retryable=True, also=sink.take_held(), before=events
+            )
+            return
         await self._append_with(events, sink.take_held())
 
     async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
@@ -637,6 +654,7 @@ class CellRunner:
                     str(verify_log),
                     ctx.env,
                     spec.verify_timeout_s,
+                    ctx.sandbox,
                 )
             )
         if verdict is None:
@@ -671,6 +689,7 @@ class CellRunner:
                         str(ctx.workspace),
                         str(ctx.run_dir),
                         ctx.env,
+                        ctx.sandbox,
                     )
                 )
             events.append(
@@ -702,7 +721,12 @@ class CellRunner:
 
     async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
         """The step's result, or None when an operator's abort came first (the step is
-        cancelled, which ends what it started)."""
+        cancelled, which ends what it started; after an abort it is not started)."""
+        if self._operator_abort.is_set():
+            # A coroutine never awaited must still be closed (else a warning).
+            if asyncio.iscoroutine(step):
+                step.close()
+            return None
         task = asyncio.ensure_future(step)
         aborted = asyncio.ensure_future(self._operator_abort.wait())
         try:
@@ -732,9 +756,11 @@ class CellRunner:
         *,
         retryable: bool,
         also: Sequence[AppendRequest] = (),
+        before: Sequence[Event] = (),
     ) -> None:
-        """Record an infrastructure failure, and the policy's new attempt in the same
-        transaction when it asks for one (so a crash cannot separate the two)."""
+        """Record an infrastructure failure (after ``before``, e.g. the run's end), and the
+        policy's new attempt in the same transaction when it asks for one (so a crash
+        cannot separate them)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
         failure = ev.CellFailed(
             attempt=state.attempt,
@@ -743,10 +769,12 @@ class CellRunner:
             classification="infrastructure",
             retryable=retryable,
         )
-        retry = policy_retry(
-            apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
-        )
-        await self._append_with([failure] if retry is None else [failure, retry], also)
+        now = self.clock()
+        for event in before:
+            state = apply(state, event, now)
+        retry = policy_retry(apply(state, failure, now), failure, self.config.retry, now)
+        events = [*before, failure] if retry is None else [*before, failure, retry]
+        await self._append_with(events, also)
         await self.executor.done_with(self.cell_id, state.attempt)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from arenad.materialize import MaterializeResult, Seal, materialize
 from arenad.runs.executor import Tools
 from arenad.sandbox.cellenv import prepare_cell_env
+from arenad.sandbox.confine import CellSandbox
 from arenad.verdict.judge import run_judge
 from arenad.verdict.patch import Extraction, extract_checked
 from arenad.verdict.verify import VerifyResult, run_verify
@@ -61,8 +62,11 @@ async def verify_step(
     log_path: str,
     env: dict[str, str],
     timeout_s: float,
+    sandbox: CellSandbox | None = None,
 ) -> VerifyResult:
-    return await run_verify(verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s)
+    return await run_verify(
+        verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s, sandbox=sandbox
+    )
 
 
 async def judge_step(
@@ -72,5 +76,8 @@ async def judge_step(
     workspace: str,
     run_dir: str,
     env: dict[str, str],
+    sandbox: CellSandbox | None = None,
 ) -> JudgeVerdictRecorded:
-    return await run_judge(spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env)
+    return await run_judge(
+        spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env, sandbox=sandbox
+    )

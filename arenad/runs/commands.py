@@ -447,6 +447,14 @@ class RunHandle:
 StdinSpec = bytes | os.PathLike[str] | None
 
 
+def child_env(env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The child's environment with PWD naming its real working directory: an inherited
+    PWD names the daemon's, and programs that trust PWD (opencode) would work there."""
+    out = {k: v for k, v in (os.environ if env is None else env).items() if k != "OLDPWD"}
+    out["PWD"] = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+    return out
+
+
 async def start(
     argv: Sequence[str],
     *,
@@ -501,7 +509,7 @@ async def start(
             argv,
             stdin=stdin_arg,
             cwd=None if cwd is None else os.fspath(cwd),
-            env=None if env is None else dict(env),
+            env=child_env(env, cwd),
         )
     except OSError as exc:
         for f in files:

@@ -69,11 +69,12 @@ async def test_abort_running_cell(tmp_path: Path) -> None:
 
 async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    marker = tmp_path / "verifying"
+    # Verify is confined to the cell: its marker is in the workspace.
+    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/ws/verifying"
     camp = _campaign(
         tmp_path,
         argv=["bash", "-c", "echo b >> a.txt"],
-        verify_cmd=f"touch {marker}; exec sleep 600",
+        verify_cmd="touch verifying; exec sleep 600",
         extra=f"[judge]\ncommand = {json.dumps('exec sleep 600')}",
     )
     await init_and_submit(home, camp)
