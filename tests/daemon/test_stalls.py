@@ -24,6 +24,7 @@ from arenad.runs.executor import Observation, Run, RunRequest, Site, Tools
 from arenad.runs.local import LocalExecutor, LocalSite
 from events import cell as ev
 from events.base import Event
+from events.specs import CellSpec
 from tests.conftest import make_repo
 from tests.daemon.support import cli, command_campaign, read_all
 
@@ -65,7 +66,7 @@ class _BrokenSinkSite(LocalSite):
 
 
 class _BrokenSinkExecutor(LocalExecutor):
-    async def site(self, cell_id: str, attempt: int) -> Site:
+    async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
         return _BrokenSinkSite(self)
 
 
