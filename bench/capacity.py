@@ -222,6 +222,10 @@ def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str
         "[materializer]",
         'kind = "git"',
         f"source = {json.dumps(str(repo))}",
+        # The agent is this interpreter: its virtualenv is shown read-only in the sandbox
+        # (with its base interpreter), as a campaign shares an agent CLI installed elsewhere.
+        "[sandbox]",
+        f"read_only = {json.dumps([sys.prefix])}",
     ]
     for i in range(cells):
         lines += [
