@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from arenad.cell.overdue import Overdue
 from events.base import Recorded
 from events.cell import SandboxView
 
@@ -115,6 +116,7 @@ def status_table(
     counts: Sequence[tuple[str, int]],
     rows: Sequence[dict[str, Any]],
     campaigns: Sequence[Any] = (),
+    overdue: Sequence[Overdue] = (),
 ) -> str:
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     out += spend_lines(campaigns)
@@ -144,6 +146,15 @@ def status_table(
         widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
         for r in table:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if overdue:
+        out.append(
+            f"overdue: {len(overdue)} cell(s) in a transient state longer than their steps allow"
+        )
+        for late in overdue:
+            out.append(
+                f"  {late.cell_id}  {late.state} for {late.for_s:.0f} s"
+                f" (limit {late.limit_s:.0f} s), waiting for {late.waiting_for}"
+            )
     return "\n".join(out)
 
 

@@ -32,17 +32,19 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from arenad.arms import Arm, ArmContext, Outcome, arm_for, before_start_step, prepare_step
 from arenad.cell.machine import CellState, CellStatus, apply
+from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon import steps
+from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
+from arenad.errors import LogTampered, StoreUnwritable
 from arenad.home import Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
@@ -53,6 +55,7 @@ from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.group_commit import GroupCommit
 from arenad.verdict.judge import no_verdict
 from arenad.verdict.patch import PatchResult
 from arenad.verdict.verify import VerifyResult
@@ -87,8 +90,12 @@ class CellRunner:
         *,
         may_start: Callable[[], bool] | None = None,
         on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
+        group_commit: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        # Shared by every cell of the daemon: their appends (ingested batches and
+        # transitions alike) that arrive together share a transaction.
+        self.group_commit = group_commit
         # Asked before an attempt is materialized and before its run starts: False holds
         # the cell where it is (a campaign at its spend cap), never a failure.
         self.may_start = may_start
@@ -101,7 +108,11 @@ class CellRunner:
         self.executor = executor
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
-        self.writer = CellWriter(store, cell_id)
+        self.writer = CellWriter(
+            store,
+            cell_id,
+            append_many=group_commit.append_many if group_commit is not None else None,
+        )
         self.run_in_flight: Run | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
@@ -171,7 +182,7 @@ class CellRunner:
 
     async def step(self, state: CellState) -> None:
         if self.abort.is_set() and state.status in (S.SUBMITTED, S.MATERIALIZED):
-            await self.writer.append(
+            await self._append(
                 [
                     ev.CellFailed(
                         attempt=state.attempt,
@@ -267,13 +278,14 @@ class CellRunner:
         )
         site = await self._site(state)
         try:
-            result = await site.call(
-                steps.materialize_step,
-                state.spec,
-                str(run_dir),
-                dict(self.config.base_env),
-                str(git_root),
-            )
+            async with stalls.reported(self.cell_id, "materialize"):
+                result = await site.call(
+                    steps.materialize_step,
+                    state.spec,
+                    str(run_dir),
+                    dict(self.config.base_env),
+                    str(git_root),
+                )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
@@ -282,7 +294,7 @@ class CellRunner:
             return
         self._materialized_here = True
         seal = result.seal
-        await self.writer.append(
+        await self._append(
             [
                 ev.CellMaterialized(
                     attempt=state.attempt,
@@ -311,8 +323,9 @@ class CellRunner:
         arm = self.arm
         site = await self._site(state)
         try:
-            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
-            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+            async with stalls.reported(self.cell_id, "spawn"):
+                launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
         except SandboxError as exc:
             # What the campaign asks cannot be confined here: a new attempt would fail alike.
             await self._fail(state, "launch", str(exc), retryable=False)
@@ -337,7 +350,8 @@ class CellRunner:
             attempt=state.attempt,
         )
         try:
-            run = await site.start(request)
+            async with stalls.reported(self.cell_id, "spawn"):
+                run = await site.start(request)
         except groups.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
             return
@@ -362,7 +376,7 @@ class CellRunner:
             sandbox=launch.sandbox,
         )
         try:
-            state = await self.writer.append([*before_start, started])
+            state = await self._append([*before_start, started])
         except BaseException:
             await run.cancel_unreleased()
             raise
@@ -379,7 +393,7 @@ class CellRunner:
         run = await site.attach(started, str(ctx.run_dir))
         if await run.alive():
             log.info("%s: adopting run pid %d", self.cell_id, run.record.pid)
-            state = await self.writer.append(
+            state = await self._append(
                 [ev.RunAdopted(attempt=state.attempt, pid=run.record.pid, daemon_pid=os.getpid())]
             )
         await self._follow_run(state, ctx, site, run)
@@ -401,6 +415,7 @@ class CellRunner:
             ingest_stream(self.cell_id, state.attempt),
             hold_close=True,
             observer=self.on_ingested,
+            group=self.group_commit,
         )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
@@ -416,8 +431,9 @@ class CellRunner:
             if self.config.hang_after_s
             else None
         )
+        ingest_failure: BaseException | None = None
         try:
-            end = await self._wait_unless_left(run, sink)
+            end, ingest_failure = await self._wait_run(state, run, sink, observation)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -436,29 +452,72 @@ class CellRunner:
                 raise sink.fatal
             log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
             return
-        if observation is not None:
+        if observation is not None and ingest_failure is None:
             await observation.close()
+        elif observation is not None:
+            await observation.abort()
         await self._record_end(state, ctx, site, end, sink)
+        if ingest_failure is not None and self.writer.state is not None:
+            await self._fail(
+                self.writer.state,
+                "ingest",
+                f"ingestion stopped while the run ran: {ingest_failure!r}",
+                retryable=True,
+            )
 
-    async def _wait_unless_left(self, run: Run, sink: IngestSink) -> RunEnd | None:
-        """The run's end, or None once the daemon stops leaving runs running, or the
-        store failed under the run's ingestion (nothing more can be recorded)."""
+    async def _wait_run(
+        self, state: CellState, run: Run, sink: IngestSink, observation: Observation | None
+    ) -> tuple[RunEnd | None, BaseException | None]:
+        """The run's end, and the ingestion's failure if it stopped first.
+
+        None for the end: the daemon stops leaving runs running, or the store failed under
+        the run's ingestion (nothing more can be recorded). Ingestion that stopped can
+        never catch up with the run (its peer, the watcher, is gone): rather than wait out
+        the run unobserved (hours, maybe), the run is aborted and the cell fails with that
+        reason. An unwritable store is fatal for the daemon instead, and is raised.
+        """
         if self._leave.is_set() or sink.fatal is not None:
-            return None
-        ended = asyncio.ensure_future(run.wait())
-        left = asyncio.ensure_future(self._leave.wait())
-        failed = asyncio.ensure_future(sink.fatal_seen.wait())
-        try:
-            await asyncio.wait({ended, left, failed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (left, failed):
-                task.cancel()
-            if not ended.done():
+            return None, None
+        record = run.record
+        limit_s = (
+            max(0.0, (record.deadline_ms - self.clock()) / 1000)
+            + (state.run.kill_grace_s if state.run is not None else 0.0)
+            + STEP_LIMITS_S["run"]
+        )
+        async with stalls.reported(self.cell_id, "run", limit_s):
+            ended = asyncio.ensure_future(run.wait())
+            others: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self._leave.wait()),
+                asyncio.ensure_future(sink.fatal_seen.wait()),
+            ]
+            failing = asyncio.ensure_future(observation.failed()) if observation else None
+            if failing is not None:
+                others.append(failing)
+            try:
+                await asyncio.wait({ended, *others}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
                 ended.cancel()
-            await asyncio.gather(ended, left, failed, return_exceptions=True)
-        if ended.cancelled():
-            return None
-        return ended.result()
+                raise
+            finally:
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
+            if ended.done():
+                return ended.result(), None
+            if failing is not None and failing.done() and not failing.cancelled():
+                failure = failing.result()
+                if not isinstance(failure, StoreUnwritable | LogTampered):
+                    log.error("%s: ingestion stopped, aborting the run: %r", self.cell_id, failure)
+                    run.abort(f"ingestion stopped: {failure}")
+                    return await ended, failure
+                if sink.fatal is None:
+                    ended.cancel()
+                    await asyncio.gather(ended, return_exceptions=True)
+                    raise failure
+            # Left running, or the store failed: this run is no longer followed.
+            ended.cancel()
+            await asyncio.gather(ended, return_exceptions=True)
+            return None, None
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -515,7 +574,7 @@ class CellRunner:
         """Append to the cell with ``also`` in the same transaction; if the cell moved on
         meanwhile, ``also`` (facts about what was ingested) is still recorded on its own."""
         try:
-            await self.writer.append(events, also=also)
+            await self._append(events, also=also)
         except CellMovedOn:
             if also:
                 await self.store.append_many(list(also))
@@ -543,7 +602,7 @@ class CellRunner:
             action: Literal["none", "abort"] = "abort" if self.config.hang_abort else "none"
             log.warning("%s: no output for %.0f s (%s)", self.cell_id, silent_s, action)
             try:
-                await self.writer.append(
+                await self._append(
                     [ev.HangDetected(attempt=attempt, silent_s=round(silent_s, 3), action=action)]
                 )
             except CellMovedOn:
@@ -563,14 +622,15 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            extraction = await site.call(
-                steps.patch_step,
-                str(ctx.workspace),
-                spec.instance.base_commit,
-                list(spec.excludes),
-                str(patch_path),
-                _seal(state),
-            )
+            async with stalls.reported(self.cell_id, "patch"):
+                extraction = await site.call(
+                    steps.patch_step,
+                    str(ctx.workspace),
+                    spec.instance.base_commit,
+                    list(spec.excludes),
+                    str(patch_path),
+                    _seal(state),
+                )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
@@ -584,17 +644,19 @@ class CellRunner:
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
-        verdict = await self._unless_aborted(
-            site.call(
-                steps.verify_step,
-                spec.instance.verify_cmd,
-                str(ctx.workspace),
-                str(verify_log),
-                ctx.env,
-                spec.verify_timeout_s,
-                ctx.sandbox,
+        verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
+        async with stalls.reported(self.cell_id, "verify", verify_limit):
+            verdict = await self._unless_aborted(
+                site.call(
+                    steps.verify_step,
+                    spec.instance.verify_cmd,
+                    str(ctx.workspace),
+                    str(verify_log),
+                    ctx.env,
+                    spec.verify_timeout_s,
+                    ctx.sandbox,
+                )
             )
-        )
         if verdict is None:
             outcome = Outcome(
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
@@ -617,17 +679,19 @@ class CellRunner:
         if spec.judge is not None:
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
-            judged = await self._unless_aborted(
-                site.call(
-                    steps.judge_step,
-                    spec.judge,
-                    state.attempt,
-                    str(ctx.workspace),
-                    str(ctx.run_dir),
-                    ctx.env,
-                    ctx.sandbox,
+            judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
+            async with stalls.reported(self.cell_id, "judge", judge_limit):
+                judged = await self._unless_aborted(
+                    site.call(
+                        steps.judge_step,
+                        spec.judge,
+                        state.attempt,
+                        str(ctx.workspace),
+                        str(ctx.run_dir),
+                        ctx.env,
+                        ctx.sandbox,
+                    )
                 )
-            )
             events.append(
                 judged
                 if judged is not None
@@ -635,22 +699,34 @@ class CellRunner:
             )
         events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
-            await self.writer.append(events)
+            await self._append(events)
             return
         # A crash before the append redoes both steps; recovery failing records the
         # verdict first.
         reader = self._ingested(state.attempt)
         try:
-            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+            async with stalls.reported(self.cell_id, "capture"):
+                captures, recovered = await self.arm.recover(site, ctx, state, reader)
         except Exception:
-            await self.writer.append(events)
+            await self._append(events)
             raise
-        state = await self.writer.append([*events, recovered], also=captures)
+        state = await self._append([*events, recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
+
+    async def _append(
+        self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
+    ) -> CellState:
+        async with stalls.reported(self.cell_id, "append"):
+            return await self.writer.append(events, also=also)
 
     async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
         """The step's result, or None when an operator's abort came first (the step is
-        cancelled, which ends what it started)."""
+        cancelled, which ends what it started; after an abort it is not started)."""
+        if self._operator_abort.is_set():
+            # A coroutine never awaited must still be closed (else a warning).
+            if asyncio.iscoroutine(step):
+                step.close()
+            return None
         task = asyncio.ensure_future(step)
         aborted = asyncio.ensure_future(self._operator_abort.wait())
         try:
@@ -667,8 +743,9 @@ class CellRunner:
         ctx = self._context(state)
         site = await self._site(state)
         reader = self._ingested(state.attempt)
-        captures, recovered = await self.arm.recover(site, ctx, state, reader)
-        state = await self.writer.append([recovered], also=captures)
+        async with stalls.reported(self.cell_id, "capture"):
+            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+        state = await self._append([recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
 
     async def _fail(
