@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import math
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -134,13 +135,24 @@ def migrate(
 def status(
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     campaign: Annotated[str | None, typer.Option(help="Only this campaign's cells.")] = None,
+    as_of: Annotated[
+        int | None,
+        typer.Option(help="Judge overdue cells at this time (ms since the epoch; default now)."),
+    ] = None,
 ) -> None:
-    result = run(services.status(_ctx.home, campaign))
+    # The one clock of `status`, read here at the edge: the projection is a pure function
+    # of the log and this time.
+    now_ms = as_of if as_of is not None else time.time_ns() // 1_000_000
+    result = run(services.status(_ctx.home, campaign, now_ms))
     if json_:
-        doc = {k: result[k] for k in ("counts", "cells", "campaigns")}
+        doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue")}
         typer.echo(_json.encode(doc).decode())
     else:
-        typer.echo(status_table(result["count_list"], result["cells"], result["campaigns"]))
+        typer.echo(
+            status_table(
+                result["count_list"], result["cells"], result["campaigns"], result["overdue"]
+            )
+        )
 
 
 @command(

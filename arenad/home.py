@@ -4,6 +4,7 @@
     <home>/daemon.lock               the daemon lease (flock)
     <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/runs/<iid>/<ARM>/   one cell attempt
     <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/patches/<iid>.<arm>.patch
+    <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/git/<iid>.<arm>/     its sealed git root
     <home>/proposer-shots/           watched proposer shot receipts
 
 Inside an attempt dir the seed's names are kept (runs/<iid>/<ARM>/…, patches/…),
@@ -44,6 +45,11 @@ class Home(msgspec.Struct, frozen=True):
 
     def run_dir(self, campaign: str, rep: int, attempt: int, instance_id: str, arm: str) -> Path:
         return self.attempt_root(campaign, rep, attempt) / "runs" / instance_id / arm
+
+    def git_root(self, campaign: str, rep: int, attempt: int, instance_id: str, arm: str) -> Path:
+        """The cell attempt's daemon-owned git state (arenad.materialize.seal): outside its
+        run dir, so the sandbox hides it from the agent."""
+        return self.attempt_root(campaign, rep, attempt) / "git" / f"{instance_id}.{arm.lower()}"
 
     def patch_path(self, campaign: str, rep: int, attempt: int, instance_id: str, arm: str) -> Path:
         return (

@@ -3,15 +3,21 @@
     .venv/bin/python -m bench.daemon [--cells 1000] [--max-parallel 16]
 
 Each cell: git materialize (a copy of the prepared checkout of its source and base; every
-cell shares one, made once by a clone + work branch) -> run `true` through the detached run
-wrapper -> patch (git add -A + diff) -> verify (`true`) -> recover (store absent: a recorded
-gap), every transition appended to the SQLite log. The baseline, measured in the same run,
-does the same real work (the same materializer, `true` in its own process group, patch,
-verify) with a plain asyncio script and no log, so the ratio is the daemon's cost (its
-log, and the run wrapper that lets an agent outlive it) over the work itself.
+cell shares one, made once by a clone + work branch; the copy sealed) -> run `true` through
+the detached run wrapper -> patch (the seal checked, git add -A + diff) -> verify (`true`)
+-> recover (store absent: a recorded gap), every transition appended to the SQLite log. The
+baseline, measured in the same run, does the same real work (the same materializer, `true`
+in its own process group, patch, verify) with a plain asyncio script and no log, so the
+ratio is the daemon's cost (its log, and the run wrapper that lets an agent outlive it) over
+the work itself.
 
 Prints cells/s, daemon overhead per cell (ms), p50/p95 per-step latency (deltas of the cell
 events' recorded_at_ms) and the daemon/baseline wall ratio.
+
+The daemon runs twice, the same campaign with ``[sandbox] kind = "none"`` and with the
+default ``"bwrap"`` (the agent run and verify each in a bubblewrap sandbox), and prints the
+sandbox's per-cell cost and the bwrap/none wall ratio. The per-step figures are the bwrap
+run's (the default configuration).
 
 ``--spend-lines N`` makes each cell print N opencode ``step_finish`` lines (each costing
 $0.001) and runs the daemon a second time with a spend cap on every campaign
@@ -41,7 +47,7 @@ from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
-from arenad.verdict.patch import extract_patch
+from arenad.verdict.patch import extract_checked
 from arenad.verdict.verify import run_verify
 from events import streams
 from events.base import Recorded
@@ -72,12 +78,20 @@ STEP_LINE = '{"type":"step_finish","part":{"type":"step-finish","cost":0.001}}'
 
 
 def write_campaign(
-    path: Path, repo: Path, base: str, cells: int, parallel: int, spend_lines: int = 0
+    path: Path,
+    repo: Path,
+    base: str,
+    cells: int,
+    parallel: int,
+    spend_lines: int = 0,
+    sandbox: str = "bwrap",
 ) -> None:
     lines = [
         'name = "bench"',
         'split = "dev"',
         f"max_parallel = {parallel}",
+        "[sandbox]",
+        f'kind = "{sandbox}"',
         "[materializer]",
         'kind = "git"',
         f'source = "{repo}"',
@@ -115,12 +129,12 @@ async def baseline(root: Path, repo: Path, base: str, cells: int, parallel: int)
             run_dir = root / f"c{i:05d}"
             run_dir.mkdir(parents=True)
             ws = run_dir / "ws"
-            await templates.materialize(str(repo), base, ws)
+            made = await templates.materialize(str(repo), base, ws, git_root=root / f"g{i:05d}")
             p = await asyncio.create_subprocess_exec(
                 "true", cwd=ws, stdin=subprocess.DEVNULL, start_new_session=True
             )
             await p.wait()
-            await extract_patch(ws, base, [], run_dir / "p.patch")
+            await extract_checked(ws, base, [], run_dir / "p.patch", made.seal)
             await run_verify("true", ws, run_dir / "verify.log")
 
     t0 = time.perf_counter()
@@ -137,11 +151,12 @@ async def daemon_run(
     *,
     spend_lines: int = 0,
     max_usd: float | None = None,
+    sandbox: str = "bwrap",
 ) -> tuple[float, list[Recorded]]:
-    home = Home(root / "home")
+    home = Home(root / f"home-{sandbox}")
     await init_home(home)
-    camp = root / "bench.toml"
-    write_campaign(camp, repo, base, cells, parallel, spend_lines)
+    camp = root / f"bench-{sandbox}.toml"
+    write_campaign(camp, repo, base, cells, parallel, spend_lines, sandbox)
     await submit_campaign(home, camp)
     t0 = time.perf_counter()
     options = DaemonOptions(max_parallel=parallel, until_idle=True, max_usd=max_usd)
@@ -174,6 +189,17 @@ def main() -> None:
         base = make_repo(repo)
         base_wall = asyncio.run(
             baseline(root / "baseline", repo, base, args.cells, args.max_parallel)
+        )
+        plain_wall, _ = asyncio.run(
+            daemon_run(
+                root,
+                repo,
+                base,
+                args.cells,
+                args.max_parallel,
+                spend_lines=args.spend_lines,
+                sandbox="none",
+            )
         )
         wall, recorded = asyncio.run(
             daemon_run(
@@ -209,9 +235,13 @@ def main() -> None:
                 steps[f"{prev.tag} -> {cur.tag}"].append(cur.recorded_at_ms - prev.recorded_at_ms)
         n = args.cells
         print(f"cells: {n}, max-parallel {args.max_parallel}, recovered {recovered}")
-        print(f"daemon:   {wall:8.2f} s  {n / wall:8.1f} cells/s")
-        print(f"baseline: {base_wall:8.2f} s  {n / base_wall:8.1f} cells/s  (no log)")
-        print(f"ratio daemon/baseline wall: {wall / base_wall:.2f}")
+        print(f"daemon:   {wall:8.2f} s  {n / wall:8.1f} cells/s  (sandbox bwrap, the default)")
+        print(f"daemon:   {plain_wall:8.2f} s  {n / plain_wall:8.1f} cells/s  (sandbox none)")
+        print(f"baseline: {base_wall:8.2f} s  {n / base_wall:8.1f} cells/s  (no log, no sandbox)")
+        print(
+            f"ratio daemon/baseline wall: {wall / base_wall:.2f}"
+            f" (sandbox none: {plain_wall / base_wall:.2f})"
+        )
         if capped_wall is not None:
             print(
                 f"capped:   {capped_wall:8.2f} s  {n / capped_wall:8.1f} cells/s"
@@ -219,6 +249,10 @@ def main() -> None:
             )
             print(f"ratio capped/uncapped wall: {capped_wall / wall:.2f}")
         print(f"daemon overhead per cell: {(wall - base_wall) / n * 1000:.2f} ms (wall, amortised)")
+        print(
+            f"sandbox cost per cell: {(wall - plain_wall) / n * 1000:.2f} ms"
+            f" (run + verify in bwrap), ratio bwrap/none wall: {wall / plain_wall:.2f}"
+        )
         print("per-step latency (ms, recorded_at_ms deltas):")
         for name, values in steps.items():
             print(

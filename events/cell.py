@@ -28,6 +28,24 @@ class CellMaterialized(Event, tag="cell.materialized", frozen=True, kw_only=True
     clean: bool
     materializer: str
     detail: str = ""
+    # The workspace's seal (arenad.materialize.seal), all None for a workspace made before
+    # seals existed: the daemon-owned git root (outside the run dir), the base commit's
+    # tree, and the (device:inode:generation) of ws and ws/.git as the daemon made them.
+    git_root: str | None = None
+    base_tree: str | None = None
+    ws_identity: str | None = None
+    dotgit_identity: str | None = None
+
+
+class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run could see (the audit trail of its confinement): the sandbox's kind and
+    version, and every path shown inside, read-only and read-write. Everything else on the
+    machine was hidden. ``kind`` "none": no sandbox (the daemon user's whole view)."""
+
+    kind: str
+    version: str | None = None
+    read_only: list[str] = []
+    read_write: list[str] = []
 
 
 class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
@@ -53,6 +71,8 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     # Which executor started it ("local", "ray") and where it runs (None: this machine).
     executor: str = "local"
     node: str | None = None
+    # The run's view of the machine (None: recorded before runs were sandboxed).
+    sandbox: SandboxView | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
@@ -106,6 +126,13 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     verify_rc: int | None = None
     verify_pass: bool | None = None
     verify_log: str | None = None
+    # What the agent changed that it had no business changing (its ws/.git replaced, the
+    # base rewritten): then the result is not scored. [] = checked, nothing found;
+    # None = not checked (the workspace had no seal).
+    tampered: list[str] | None = None
+    # Nested repositories the agent left (gitlinks, new or moved): their files are in no
+    # patch, a labelled gap. None = unknown.
+    nested_repos: list[str] | None = None
 
 
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):

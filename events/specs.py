@@ -125,6 +125,19 @@ class SecretsSpec(Spec, frozen=True, kw_only=True):
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
+class SandboxSpec(Spec, frozen=True, kw_only=True):
+    """How a cell's agent run, verify command and judge are confined (arenad.sandbox).
+
+    ``bwrap``: a bubblewrap sandbox that shows the system read-only, the cell's own run dir
+    (its workspace and private dirs writable) and ``read_only``, and hides the rest;
+    ``none``: an explicit opt-out (the child sees what the daemon's user sees)."""
+
+    kind: Literal["bwrap", "none"] = "bwrap"
+    # Absolute paths shown read-only inside besides the system (a dataset, an agent CLI
+    # installed somewhere unusual).
+    read_only: list[str] = []
+
+
 class JudgeSpec(Spec, frozen=True, kw_only=True):
     """An optional judge command run after verify (cwd = ws); it prints a verdict JSON."""
 
@@ -171,6 +184,8 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     candidate: CandidateSpec | None = None
     # None: wherever the daemon's executor runs cells (the campaign had no [executor]).
     executor: ExecutorSpec | None = None
+    # A spec recorded before sandboxes decodes as the default: sandboxed.
+    sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
 
     @property
     def cell_id(self) -> str:

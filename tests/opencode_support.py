@@ -77,6 +77,11 @@ class RunningModel:
         return self._server.requests
 
     @property
+    def authorizations(self) -> list[str | None]:
+        """Each chat request's Authorization header (live list; in memory only)."""
+        return self._server.authorizations
+
+    @property
     def replies(self) -> list[Reply]:
         """What was chosen to answer each of them (live list)."""
         return self._server.replies

@@ -227,7 +227,7 @@ def test_the_store_knows_nothing_of_cells() -> None:
 
 # The cell's pure half: its machine and its retry policy. Its writer appends through the
 # EventStore interface (arenad.store.base) and nothing more concrete.
-CELL_PURE = ("arenad.cell.machine", "arenad.cell.retry")
+CELL_PURE = ("arenad.cell.machine", "arenad.cell.retry", "arenad.cell.overdue")
 
 
 def test_the_cell_machine_knows_nothing_of_sql() -> None:

@@ -14,6 +14,7 @@ import aiosqlite
 import msgspec
 
 from arenad.app.campaigns import campaign_figures
+from arenad.cell.overdue import Overdue, overdue
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
 from arenad.readmodels.view import cells_view
@@ -56,14 +57,37 @@ async def migrate(home: Home) -> list[str]:
     return await init_home(home)
 
 
-async def status(home: Home, campaign: str | None = None) -> dict[str, Any]:
+# The states a cell passes through while a daemon works on it (submitted waits for a slot).
+_TRANSIENT = frozenset({"materialized", "running", "completed", "timedOut", "aborted", "verified"})
+
+
+async def status(
+    home: Home, campaign: str | None = None, now_ms: int | None = None
+) -> dict[str, Any]:
+    """Counts and rows; with ``now_ms`` (the caller's time, taken at the edge) also the
+    cells overdue in a transient state at that time (:func:`arenad.cell.overdue.overdue`)."""
+    late: list[Overdue] = []
     async with open_store(home) as store:
         cells = cells_view(store)
         counts = await cells.counts()
         rows = await cells.rows(campaign)
+        if now_ms is not None:
+            for row in rows:
+                if row["state"] not in _TRANSIENT or row["paused"]:
+                    continue
+                state = await cells.state(row["cell_id"])
+                found = overdue(state, now_ms) if state is not None else None
+                if found is not None:
+                    late.append(found)
         # Each campaign's spend against its cap (the spend and budget folds).
         figures = await campaign_figures(store, campaign)
-    return {"counts": dict(counts), "count_list": counts, "cells": rows, "campaigns": figures}
+    return {
+        "counts": dict(counts),
+        "count_list": counts,
+        "cells": rows,
+        "campaigns": figures,
+        "overdue": late,
+    }
 
 
 async def history(home: Home, cell_id: str) -> list[Recorded]:

@@ -19,6 +19,8 @@ from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import CellsView, cells_view
+from arenad.sandbox.confine import host_problem, share_problem, user_homes
+from arenad.sandbox.secrets import wrapper_problem
 from arenad.store.base import AppendRequest
 from events.cell import CellSubmitted
 from events.control import CampaignSubmitted, InstanceSelection
@@ -61,6 +63,25 @@ class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     already: int
     plan: SubmitPlan
     dry_run: bool = False
+
+
+def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
+    """Refuse (UserError) a campaign whose every cell would fail on this machine: no
+    bubblewrap for a sandboxed campaign, a secrets wrapper that is not there, a share that
+    would show the arenad home."""
+    problems = []
+    if campaign.sandbox.kind == "bwrap":
+        problems.append(host_problem())
+    if campaign.secrets is not None:
+        problems.append(wrapper_problem(campaign.secrets))
+    shares = sorted(set(campaign.sandbox.read_only))
+    homes = user_homes()
+    for share in shares:
+        problem = share_problem(share, home_root=str(home.root), secrets_dir=None, homes=homes)
+        problems.append(None if problem is None else f"[sandbox] read_only: {problem}")
+    for problem in problems:
+        if problem is not None:
+            raise UserError(f"{path}: {problem}; nothing was appended")
 
 
 def plan_of(campaign: Campaign, notes: Sequence[str] = ()) -> SubmitPlan:
@@ -148,6 +169,7 @@ async def submit_campaign(
     home: Home, path: Path, *, dry_run: bool = False, progress: Progress | None = None
 ) -> SubmitResult:
     campaign = load_campaign(path)  # every check of the file happens before anything else
+    check_runnable(home, path, campaign)
     notes = _budget_notes(campaign)
     plan = plan_of(campaign, notes)
     if dry_run and not home.db_path.exists():

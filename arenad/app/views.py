@@ -8,7 +8,9 @@ from typing import Any
 
 import msgspec
 
+from arenad.cell.overdue import Overdue
 from events.base import Recorded
+from events.cell import SandboxView
 
 _json = msgspec.json.Encoder()
 
@@ -50,6 +52,10 @@ def _summary(r: Recorded) -> str:
     for key, value in fields.items():
         if key in _SUMMARY_SKIP or value is None or value == [] or value == {}:
             continue
+        if isinstance(value, SandboxView):
+            # Whole: the audit trail of what the run could see is never cut.
+            parts.append(f"sandbox={_sandbox_text(value)}")
+            continue
         if isinstance(value, msgspec.Struct):
             value = {k: v for k, v in msgspec.structs.asdict(value).items() if v is not None}
         text = str(value)
@@ -57,6 +63,15 @@ def _summary(r: Recorded) -> str:
             text = text[:77] + "..."
         parts.append(f"{key}={text}")
     return ", ".join(parts)
+
+
+def _sandbox_text(view: SandboxView) -> str:
+    if view.kind == "none":
+        return "none (not confined)"
+    return (
+        f"{view.kind} {view.version or '?'} read-only [{', '.join(view.read_only)}]"
+        f" read-write [{', '.join(view.read_write)}]"
+    )
 
 
 def history_lines(events: Iterable[Recorded]) -> list[str]:
@@ -69,7 +84,20 @@ def history_lines(events: Iterable[Recorded]) -> list[str]:
     return lines
 
 
-STATUS_COLUMNS = ("cell", "arm", "rep", "att", "state", "wall_s", "verify", "tokens", "cost")
+STATUS_COLUMNS = (
+    "cell",
+    "arm",
+    "rep",
+    "att",
+    "state",
+    "wall_s",
+    "verify",
+    "tokens",
+    "cost",
+    "reason",
+)
+# The table's reason column is cut here; `status --json` has it whole.
+REASON_WIDTH = 60
 
 
 def _verify_text(scored: Any, verify_pass: Any) -> str:
@@ -80,10 +108,15 @@ def _verify_text(scored: Any, verify_pass: Any) -> str:
     return "pass" if verify_pass else "fail"
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def status_table(
     counts: Sequence[tuple[str, int]],
     rows: Sequence[dict[str, Any]],
     campaigns: Sequence[Any] = (),
+    overdue: Sequence[Overdue] = (),
 ) -> str:
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     out += spend_lines(campaigns)
@@ -107,11 +140,21 @@ def status_table(
                     _verify_text(row["scored"], row["verify_pass"]),
                     tokens,
                     f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
+                    _cut(row.get("reason") or "-", REASON_WIDTH),
                 )
             )
         widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
         for r in table:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if overdue:
+        out.append(
+            f"overdue: {len(overdue)} cell(s) in a transient state longer than their steps allow"
+        )
+        for late in overdue:
+            out.append(
+                f"  {late.cell_id}  {late.state} for {late.for_s:.0f} s"
+                f" (limit {late.limit_s:.0f} s), waiting for {late.waiting_for}"
+            )
     return "\n".join(out)
 
 

@@ -8,7 +8,15 @@ is a new module and one row here, never an edit of the base.
 
 from __future__ import annotations
 
-from arenad.arms.base import Arm, ArmContext, Launch, Outcome, ProvenanceError
+from arenad.arms.base import (
+    AgentCommand,
+    Arm,
+    ArmContext,
+    Launch,
+    Outcome,
+    ProvenanceError,
+    launch_for,
+)
 from arenad.arms.command import CommandArmRunner
 from arenad.arms.solo import SoloArmRunner
 from arenad.arms.supervisor import SupervisorArmRunner
@@ -32,8 +40,9 @@ def arm_for(spec: ArmSpec) -> Arm:
 
 
 def prepare_step(tools: Tools, spec: ArmSpec, ctx: ArmContext) -> Launch:
-    """Site step: write the arm's inputs into the run dir and say how to start it."""
-    return arm_for(spec).prepare(ctx)
+    """Site step: write the arm's inputs into the run dir and say how to start it, confined
+    to the cell's sandbox (built here, so a site on another machine builds its own)."""
+    return launch_for(ctx, arm_for(spec).prepare(ctx))
 
 
 def before_start_step(tools: Tools, spec: ArmSpec, ctx: ArmContext) -> list[Event]:
@@ -43,6 +52,7 @@ def before_start_step(tools: Tools, spec: ArmSpec, ctx: ArmContext) -> list[Even
 
 __all__ = [
     "ARMS",
+    "AgentCommand",
     "Arm",
     "ArmContext",
     "Launch",
@@ -50,5 +60,6 @@ __all__ = [
     "ProvenanceError",
     "arm_for",
     "before_start_step",
+    "launch_for",
     "prepare_step",
 ]

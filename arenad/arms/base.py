@@ -20,6 +20,8 @@ touch the cell's files run at its site (:class:`arenad.runs.executor.Site`).
 from __future__ import annotations
 
 import abc
+import json
+import os
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -27,17 +29,20 @@ from typing import ClassVar, Literal
 
 import msgspec
 
+from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import usage_from_events
-from arenad.runs.executor import Site
+from arenad.runs.executor import Site, Tools
 from arenad.sandbox.cellenv import cell_paths
+from arenad.sandbox.confine import CellSandbox, confine
 from arenad.sandbox.secrets import wrap_bash
 from arenad.store.base import AppendRequest
 from events import cell as ev
 from events.base import Event, Recorded
+from events.ingest import LineIngested, LineMalformed
 from events.specs import CellSpec
 
 
@@ -58,10 +63,44 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
     workspace: Path
     # The cell's isolated environment (private HOME, XDG dirs, opencode store).
     env: dict[str, str]
+    # The arenad home the run dir lives in: hidden from the cell, with its other cells.
+    home_root: str = ""
 
     @property
     def prompt_file(self) -> Path:
         return self.run_dir / "prompt.txt"
+
+    @property
+    def sandbox(self) -> CellSandbox:
+        """What the cell's children may see (the spec's [sandbox], around this run dir)."""
+        secrets = self.spec.secrets
+        return CellSandbox(
+            spec=self.spec.sandbox,
+            run_dir=str(self.run_dir),
+            workspace=str(self.workspace),
+            home_root=self.home_root,
+            secrets_dir=secrets.dir if secrets is not None else None,
+        )
+
+
+class AgentCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """What an arm runs, as its child sees it: ``argv`` started in ``cwd``, inside the
+    cell's sandbox (:func:`launch_for` makes the run's command line of it)."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout_s: float
+    kill_grace_s: float
+    # Started under the campaign's secrets wrapper (which runs outside the sandbox: it
+    # reads the env files and the opencode auth file there and hands the child values).
+    uses_secrets: bool = False
+    # What must be visible inside for the agent to start (checked before the run).
+    executables: list[str] = []
+    # The arm's own read-only shares, and writable paths in the run dir besides the
+    # workspace and the private dirs.
+    read_only: list[str] = []
+    read_write: list[str] = []
 
 
 class Launch(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,6 +112,8 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     timeout_s: float
     kill_grace_s: float
+    # What the run can see (recorded in RunStarted); None: not said.
+    sandbox: ev.SandboxView | None = None
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,9 +134,9 @@ class Arm(abc.ABC):
     capture_purpose: ClassVar[Literal["solo", "command"]] = "solo"
 
     @abc.abstractmethod
-    def prepare(self, ctx: ArmContext) -> Launch:
-        """Write the arm's inputs into the run dir and say how to start it (blocking I/O:
-        run it at the cell's site, :func:`prepare_step`)."""
+    def prepare(self, ctx: ArmContext) -> AgentCommand:
+        """Write the arm's inputs into the run dir and say what to run (blocking I/O: run
+        it at the cell's site, :func:`prepare_step`, which confines it)."""
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
         """Facts recorded with ``RunStarted``, in its transaction (blocking I/O); asked
@@ -113,6 +154,16 @@ class Arm(abc.ABC):
     ) -> list[Event]:
         """Facts recorded with the run's end, in its transaction."""
         return []
+
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """Whether a run that failed was failed by the model provider before any model step
+        completed (:mod:`arenad.arms.evidence`): by default read off the agent's stdout
+        stream (ingested) and the tail of its stderr file."""
+        stream = stream_objects(await read_ingested(), "stdout")
+        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
+        return infra_cause(stream, stderr)
 
     def outcome(self, state: CellState) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
@@ -151,15 +202,83 @@ class Arm(abc.ABC):
         return None
 
 
+def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[object]:
+    """The parsed lines of one ingested source (a malformed line is kept as its text)."""
+    out: list[object] = []
+    for item in ingested:
+        e = item.event if isinstance(item, Recorded) else item
+        if isinstance(e, LineIngested | LineMalformed) and e.source == source:
+            if isinstance(e, LineIngested) and e.encoding == "utf-8":
+                try:
+                    out.append(json.loads(e.raw))
+                    continue
+                except ValueError:
+                    pass
+            out.append(e.raw)
+    return out
+
+
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+def read_tail_step(tools: Tools, path: str) -> str:
+    """Site step: the last bytes of a run's output file ('' if it cannot be read). Never
+    through a symlink: without a sandbox the agent could have planted one there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        try:
+            size = os.fstat(fd).st_size
+            f.seek(max(0, size - STDERR_TAIL_BYTES))
+            return f.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+
 def write_prompt(ctx: ArmContext, suffix: str) -> Path:
     ctx.prompt_file.write_text(ctx.spec.instance.problem_statement + suffix)
     return ctx.prompt_file
 
 
-def under_secrets(ctx: ArmContext, script: str) -> tuple[list[str], str]:
-    """argv and cwd for a model-touching script (dotenvx when secrets are configured)."""
-    wrapped = wrap_bash(ctx.spec.secrets, script)
-    return wrapped.argv, wrapped.cwd if wrapped.cwd is not None else str(ctx.workspace)
+def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
+    """The run's command line for an arm's command: confined to the cell's sandbox, under
+    the secrets wrapper when it uses secrets (blocking I/O: at the cell's site).
+
+    With secrets the chain is ``wrapper -> bash (auth bootstrap) -> bwrap -> agent``: the
+    bash that reads the auth file outside the sandbox ignores the run's group signals and
+    stays bwrap's parent (never ``exec``), so a TERM to the run's group reaches the agent
+    and the sandbox lives through the agent's grace.
+    """
+    confined = confine(
+        ctx.sandbox,
+        command.argv,
+        env=command.env,
+        chdir=command.cwd,
+        read_only=command.read_only,
+        read_write=command.read_write,
+        executables=command.executables,
+    )
+    argv, cwd = confined.argv, command.cwd
+    secrets = ctx.spec.secrets
+    if command.uses_secrets and secrets is not None:
+        line = shlex.join(confined.argv)
+        script = f"trap '' TERM INT HUP\n{line}\nexit $?" if confined.sandboxed else f"exec {line}"
+        wrapped = wrap_bash(secrets, script)
+        argv, cwd = wrapped.argv, wrapped.cwd if wrapped.cwd is not None else cwd
+    # Every child gets PWD equal to its real working directory: one inherited from the
+    # daemon would name the daemon's directory (opencode trusts PWD over its cwd).
+    env = {k: v for k, v in command.env.items() if k != "OLDPWD"}
+    env["PWD"] = cwd
+    return Launch(
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        timeout_s=command.timeout_s,
+        kill_grace_s=command.kill_grace_s,
+        sandbox=confined.view,
+    )
 
 
 def q(value: str | Path) -> str:

@@ -4,7 +4,7 @@ touches a model."""
 
 from __future__ import annotations
 
-from arenad.arms.base import Arm, ArmContext, Launch, q, under_secrets, write_prompt
+from arenad.arms.base import AgentCommand, Arm, ArmContext, q, write_prompt
 from arenad.errors import UserError
 from events.specs import CommandArm
 
@@ -17,7 +17,7 @@ class CommandArmRunner(Arm):
     def __init__(self, spec: CommandArm) -> None:
         self.spec = spec
 
-    def prepare(self, ctx: ArmContext) -> Launch:
+    def prepare(self, ctx: ArmContext) -> AgentCommand:
         prompt = write_prompt(ctx, self.spec.prompt_suffix)
         values = {
             "ws": str(ctx.workspace),
@@ -32,13 +32,16 @@ class CommandArmRunner(Arm):
         env = {**ctx.env, **self.spec.env}
         if self.spec.uses_model:
             script = f"cd {q(ctx.workspace)} && exec {' '.join(q(a) for a in args)} < /dev/null"
-            argv, cwd = under_secrets(ctx, script)
+            argv = ["bash", "-c", script]
         else:
-            argv, cwd = args, str(ctx.workspace)
-        return Launch(
+            argv = args
+        return AgentCommand(
             argv=argv,
-            cwd=cwd,
+            cwd=str(ctx.workspace),
             env=env,
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
+            uses_secrets=self.spec.uses_model,
+            # Any CLI: what it needs beyond the system is the campaign's to share.
+            executables=args[:1],
         )

@@ -7,7 +7,8 @@ whenever it is not a TTY, so stdin is always a file that ends.
 
 from __future__ import annotations
 
-from arenad.arms.base import Arm, ArmContext, Launch, q, under_secrets, write_prompt
+from arenad.arms.base import AgentCommand, Arm, ArmContext, q, write_prompt
+from arenad.sandbox.confine import install_roots
 from events.base import Event
 from events.cell import ProvenanceRecorded
 from events.specs import SoloArm
@@ -32,7 +33,7 @@ class SoloArmRunner(Arm):
             )
         ]
 
-    def prepare(self, ctx: ArmContext) -> Launch:
+    def prepare(self, ctx: ArmContext) -> AgentCommand:
         prompt = write_prompt(ctx, self.spec.prompt_suffix)
         args = [
             self.spec.opencode_bin,
@@ -48,11 +49,16 @@ class SoloArmRunner(Arm):
             *self.spec.extra_args,
         ]
         script = f"cd {q(ctx.workspace)} && exec {' '.join(q(a) for a in args)} < {q(prompt)}"
-        argv, cwd = under_secrets(ctx, script)
-        return Launch(
-            argv=argv,
-            cwd=cwd,
+        ws = str(ctx.workspace)
+        binary = self.spec.opencode_bin
+        return AgentCommand(
+            argv=["bash", "-c", script],
+            cwd=ws,
             env=ctx.env,
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
+            uses_secrets=True,
+            executables=[binary],
+            # The opencode install is a tool chain the arm names: shown read-only.
+            read_only=install_roots(binary, ctx.env.get("PATH", ""), ws),
         )

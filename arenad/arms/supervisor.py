@@ -17,7 +17,6 @@ spend is its workers' sessions, joined on the cwds its workers reported; and its
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,16 +24,18 @@ import msgspec
 
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import (
+    AgentCommand,
     Arm,
     ArmContext,
     IngestReader,
-    Launch,
     Outcome,
     ProvenanceError,
     q,
-    under_secrets,
+    read_tail_step,
+    stream_objects,
 )
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
+from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.atomic import write_atomically
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
@@ -45,11 +46,13 @@ from arenad.ingest.watcher import (
     first_subdirectory,
 )
 from arenad.js import js_stringify_indented
+from arenad.materialize import gitsafe
 from arenad.recovery.capture import capture_worker_sessions, spend_figures
 from arenad.recovery.opencode_spend import sup_spend
 from arenad.recovery.opencode_store import StoreUnavailable
 from arenad.runs.executor import Site, Tools
 from arenad.sandbox.cellenv import cell_paths
+from arenad.sandbox.confine import install_roots
 from arenad.store.base import AppendRequest
 from events import cell as ev
 from events.base import Event, Recorded
@@ -153,27 +156,44 @@ class SupervisorArmRunner(Arm):
             f" || echo {q(STORE_INIT_FAILED)}' (exit '$?')' >&2"
         ]
 
-    def prepare(self, ctx: ArmContext) -> Launch:
+    def prepare(self, ctx: ArmContext) -> AgentCommand:
         params_file = ctx.run_dir / "params.json"
         # The seed's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
         params_file.write_text(js_stringify_indented(self.params(ctx), 1))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
+        # The brain log is the one file of the run dir the driver writes: made here, so
+        # that it can be shown writable in a sandbox whose run dir is read-only.
+        brain = ctx.run_dir / "brain.jsonl"
+        brain.touch()
         exports = [f"export {k}={q(v)}" for k, v in self.env_knobs(ctx).items()]
+        driver = self.argv(ctx)
         script = "\n".join(
             [
                 *exports,
                 *self.store_init(),
                 f"cd {q(self.spec.loops_repo)}",
-                "exec " + " ".join(map(q, self.argv(ctx))),
+                # No PWD for the driver: the workers it starts in their own clones inherit
+                # its environment, and opencode takes its project from $PWD before its real
+                # cwd; a PWD naming the loops checkout would send them all there.
+                "unset PWD OLDPWD",
+                "exec " + " ".join(map(q, driver)),
             ]
         )
-        argv, cwd = under_secrets(ctx, script)
-        return Launch(
-            argv=argv,
-            cwd=cwd,
+        ws = str(ctx.workspace)
+        binary = self.spec.opencode_bin
+        return AgentCommand(
+            argv=["bash", "-c", script],
+            cwd=ws,
             env=ctx.env,
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
+            uses_secrets=True,
+            # The store init may fail (reported, not fatal); the driver must start.
+            executables=driver[:1],
+            # The driver and its workers see the loops checkout read-only, and the opencode
+            # install the workers run.
+            read_only=[self.spec.loops_repo, *install_roots(binary, ctx.env.get("PATH", ""), ws)],
+            read_write=[str(brain)],
         )
 
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
@@ -185,26 +205,13 @@ class SupervisorArmRunner(Arm):
         return [self.provenance(ctx)]
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
-        """``git rev-parse HEAD`` of the loops checkout (the seed's armProvenance, which
-        throws when it fails: so does this, :class:`ProvenanceError`)."""
+        """``git rev-parse HEAD`` of the loops checkout, through the hardened git (the
+        seed's armProvenance, which throws when it fails: so does this,
+        :class:`ProvenanceError`)."""
         repo = self.spec.loops_repo
-        try:
-            out = subprocess.run(
-                ["git", "-C", repo, "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ProvenanceError(f"{repo}: git rev-parse HEAD: {exc}") from None
-        commit = out.stdout.strip()
-        if out.returncode != 0 or not commit:
-            tail = out.stderr.strip().splitlines()[-1:] or ["no commit"]
-            raise ProvenanceError(
-                f"{repo}: git rev-parse HEAD exited {out.returncode}: {tail[0][-500:]}"
-            )
+        commit = gitsafe.head_commit_blocking(repo)
+        if not commit:
+            raise ProvenanceError(f"{repo}: git rev-parse HEAD gave no commit (not a git checkout?)")
         return ProvenanceRecorded(
             attempt=ctx.attempt,
             repo=repo,
@@ -239,6 +246,16 @@ class SupervisorArmRunner(Arm):
                 ),
             )
         ]
+
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """The driver's own model calls are its brain log's lines: with one, the brain had
+        its turn; without, the driver's stderr is the evidence."""
+        if stream_objects(await read_ingested(), "brain"):
+            return None
+        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
+        return infra_cause([], stderr)
 
     def outcome(self, state: CellState) -> Outcome:
         """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""

@@ -31,6 +31,11 @@ Every error names the file and the key or row it is about.
     dir = "~/secrets"
     env_files = [".env.models"]
 
+    [sandbox]                         # optional; every agent run, verify and judge
+    kind = "bwrap"                    # default; "none" is an explicit opt-out
+    read_only = ["./data"]            # shown read-only besides the system (an agent CLI
+                                      # installed somewhere unusual, a dataset)
+
     [executor]                        # optional: where the cells run
     kind = "ray"                      # local | ray (the daemon must run that executor)
     resources = { arenad_slot = 1 }   # ray: what each cell holds on its node
@@ -102,6 +107,7 @@ from arenad.campaign.instances import Row, read_rows
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
+from arenad.sandbox.confine import share_problem, user_homes
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -116,6 +122,7 @@ from events.specs import (
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
+    SandboxSpec,
     SecretsSpec,
     SoloArm,
     SupervisorArm,
@@ -208,6 +215,11 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
     wrapper: list[str] = msgspec.field(default_factory=lambda: ["dotenvx", "run"])
 
 
+class SandboxFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["bwrap", "none"] = "bwrap"
+    read_only: list[str] = []
+
+
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     command: str
     name: str = "swe-arena-official-judge"
@@ -252,6 +264,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     materializer: MaterializerFile | None = None
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
+    sandbox: SandboxFile | None = None
     candidate: CandidateFile | None = None
     executor: ExecutorFile | None = None
     arms: list[ArmFile]
@@ -281,6 +294,9 @@ class Campaign:
     selection: InstanceSelection
     reps: int
     arms: list[ArmSpec]
+    # Shared by every cell: what submit checks this machine can run.
+    sandbox: SandboxSpec
+    secrets: SecretsSpec | None
     instance_count: int
     cell_count: int
     # The first few cell ids, and the distinct verify commands of the first instances.
@@ -634,6 +650,7 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     excludes: list[str]
     candidate: CandidateSpec | None
     executor: ExecutorSpec | None
+    sandbox: SandboxSpec
 
 
 # Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
@@ -713,6 +730,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         excludes=excludes,
         candidate=_candidate(parsed.candidate, where),
         executor=_executor(parsed.executor, where),
+        sandbox=_sandbox(parsed.sandbox, base, secrets, where),
     )
 
 
@@ -761,6 +779,7 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 experiment_id=parsed.experiment_id,
                 candidate=r.candidate,
                 executor=r.executor,
+                sandbox=r.sandbox,
             )
 
 
@@ -871,12 +890,42 @@ def load_campaign(path: Path) -> Campaign:
         ),
         reps=parsed.reps,
         arms=resolved.arms,
+        sandbox=resolved.sandbox,
+        secrets=resolved.secrets,
         instance_count=instance_count,
         cell_count=cell_count,
         preview_cell_ids=preview_cells,
         preview_verify=preview_verify,
         _cells=cells,
     )
+
+
+def _sandbox(
+    spec: SandboxFile | None, base: Path, secrets: SecretsSpec | None, where: str
+) -> SandboxSpec:
+    """The [sandbox] table: read_only paths resolved against the campaign file, existing,
+    and never showing what a cell must not see (checked again against the arenad home at
+    submit, and where the cell runs)."""
+    if spec is None:
+        return SandboxSpec()
+    shares = []
+    for n, raw in enumerate(spec.read_only):
+        key = f"[sandbox] read_only[{n}]"
+        if not raw.strip():
+            raise CampaignError(f"{where}: {key} is empty")
+        path = _resolve_path(base, raw)
+        if not Path(path).exists():
+            raise CampaignError(f"{where}: {key}: {path} does not exist")
+        problem = share_problem(
+            path,
+            home_root=None,
+            secrets_dir=secrets.dir if secrets is not None else None,
+            homes=user_homes(),
+        )
+        if problem is not None:
+            raise CampaignError(f"{where}: {key}: {problem}")
+        shares.append(path)
+    return SandboxSpec(kind=spec.kind, read_only=shares)
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

@@ -96,6 +96,7 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str | None = None
     workspace: str | None = None
     head: str | None = None
+    materialized: ev.CellMaterialized | None = None
     run: ev.RunStarted | None = None
     run_rc: int | None = None
     wall_s: float | None = None
@@ -116,6 +117,8 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     infra_failures: int = 0
     # A policy retry's backoff: the current attempt starts no earlier than this.
     not_before_ms: int | None = None
+    # Why the attempt before this one failed (its CellFailed error), if it did.
+    previous_failure: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -169,7 +172,12 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
 def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
     match event:
         case ev.CellMaterialized():
-            return {"run_dir": event.run_dir, "workspace": event.workspace, "head": event.head}
+            return {
+                "run_dir": event.run_dir,
+                "workspace": event.workspace,
+                "head": event.head,
+                "materialized": event,
+            }
         case ev.RunStarted():
             return {"run": event}
         case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
@@ -202,10 +210,12 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
         case ev.CellRetried():
             return {
                 "attempt": event.attempt,
+                "previous_failure": state.failed.error if state.failed is not None else None,
                 "not_before_ms": event.not_before_ms,
                 "run_dir": None,
                 "workspace": None,
                 "head": None,
+                "materialized": None,
                 "run": None,
                 "run_rc": None,
                 "wall_s": None,

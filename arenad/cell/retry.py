@@ -1,10 +1,11 @@
 """The retry policy: a pure function of (the failure, the cell's history, the policy).
 
 Only infrastructure failures that happened *before the agent ran* are retried on their
-own (materialize, launch, an agent that was never released; the runner marks those
-``retryable``): a new attempt there costs nothing. A failure after the agent ran is not
-retried automatically — a new attempt would pay for the agent again — and agent failures
-never are; `arenad retry CELL` is the deliberate way to spend that money.
+own (materialize, launch, an agent that was never released, and a run the model provider
+failed before any model step completed; the runner marks those ``retryable``): a new
+attempt there costs nothing. A failure after the agent ran is not retried automatically — a
+new attempt would pay for the agent again — and agent failures never are; `arenad retry
+CELL` is the deliberate way to spend that money.
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ def policy_retry(
     return CellRetried(
         attempt=failed_state.attempt + 1,
         reason=(
-            f"infrastructure failure at {failure.stage}; automatic retry"
-            f" {retry_number} of {policy.max_infra_retries}"
+            f"infrastructure failure at {failure.stage} ({_first_line(failure.error)});"
+            f" automatic retry {retry_number} of {policy.max_infra_retries}"
         ),
         requested_by="policy",
         not_before_ms=now_ms + wait_ms if wait_ms > 0 else None,
     )
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no detail"
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -9,7 +9,7 @@ the race: ``CellMovedOn`` tells it to stop, and nothing is written twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from arenad.cell.machine import CellState, apply, fold
 from arenad.errors import ArenadError, ConcurrencyError
@@ -22,9 +22,18 @@ class CellMovedOn(ArenadError):
     """Another writer moved the cell to another state or attempt."""
 
 
+AppendMany = Callable[[Sequence[AppendRequest]], Awaitable[list[list[Recorded]]]]
+
+
 class CellWriter:
-    def __init__(self, store: EventStore, cell_id: str) -> None:
+    """``append_many``: how appends reach the store (default ``store.append_many``; the
+    daemon passes its group commit, so cells that step together share a transaction)."""
+
+    def __init__(
+        self, store: EventStore, cell_id: str, *, append_many: AppendMany | None = None
+    ) -> None:
         self.store = store
+        self._append_many = append_many if append_many is not None else store.append_many
         self.cell_id = cell_id
         self.stream = cell_stream(cell_id)
         self.state: CellState | None = None
@@ -49,7 +58,7 @@ class CellWriter:
             for event in events:
                 probe = apply(probe, event, 0)
             try:
-                recorded = await self.store.append_many(
+                recorded = await self._append_many(
                     [AppendRequest(self.stream, state.version, list(events)), *also]
                 )
             except ConcurrencyError as exc:

@@ -46,16 +46,18 @@ from arenad.daemon.documents import rewrite_missing_documents
 from arenad.daemon.lease import DaemonLease
 from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.errors import ArenadError, LogTampered, StoreUnwritable
+from arenad.errors import ArenadError, LogTampered, StoreUnwritable, UserError
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
 from arenad.readmodels.campaigns import load_budgets, load_spend
 from arenad.readmodels.view import CellsView, cells_view
+from arenad.runs import limits
 from arenad.runs.executor import Executor, Tools
 from arenad.runs.local import LocalExecutor
 from arenad.store.base import EventStore
 from arenad.store.faults import fault_from_env
+from arenad.store.group_commit import GroupCommit
 from events import cell as ev
 from events import streams
 from events.base import Event, Recorded
@@ -142,6 +144,7 @@ class Daemon:
         *,
         cells: CellsView | None = None,
         executor: ExecutorFactory = local_executor,
+        capacity: limits.Capacity | None = None,
     ) -> None:
         self.store = store
         self.cells = cells if cells is not None else cells_view(store)
@@ -156,6 +159,8 @@ class Daemon:
             retry=options.retry,
         )
         self.max_parallel = options.max_parallel or 4
+        # What this machine's limits allow (None: unchecked, as in tests of the loop).
+        self.capacity = capacity
         self.campaign_limits: dict[str, int] = {}
         self.budgets: dict[str, CampaignBudget] = {}
         self.spend = SpendFold()
@@ -175,6 +180,9 @@ class Daemon:
         self.templates = WorkspaceTemplates(home.root / WORKSPACE_TEMPLATES)
         self._make_executor = executor
         self.executor: Executor | None = None
+        # Every cell's appends (transitions, ingested batches): those that arrive together
+        # share a transaction.
+        self.group_commit = GroupCommit(store)
 
     # -- control -----------------------------------------------------------------
 
@@ -252,8 +260,8 @@ class Daemon:
                     self.wake.set()
                 return
         if isinstance(e, MaxParallelChanged):
-            self.max_parallel = e.max_parallel
-            log.info("max-parallel is now %d", e.max_parallel)
+            self.max_parallel = self._within_capacity(e.max_parallel)
+            log.info("max-parallel is now %d", self.max_parallel)
         elif streams.is_cell_stream(r.stream):
             cell_id = streams.cell_of(r.stream)
             runner = self.runners.get(cell_id)
@@ -351,6 +359,7 @@ class Daemon:
             executor,
             may_start=lambda: not self._at_cap(campaign),
             on_ingested=self._on_ingested,
+            group_commit=self.group_commit,
         )
         self.runners[cell_id] = runner
         task = asyncio.create_task(self._drive(runner), name=f"cell {cell_id}")
@@ -407,10 +416,34 @@ class Daemon:
 
         stack.push_async_callback(teardown)
 
+    def _within_capacity(self, wanted: int) -> int:
+        """``wanted`` cells at once, or as many as the machine's limits allow (a request
+        from the log cannot be refused like a command-line option: it is clamped)."""
+        if self.capacity is None:
+            return wanted
+        refusal = self.capacity.refusal(wanted)
+        if refusal is None:
+            return wanted
+        log.warning("%s; running %d at once", refusal, self.capacity.max_cells)
+        return self.capacity.max_cells
+
+    def _check_capacity(self) -> None:
+        """Refuse a --max-parallel the limits cannot carry, before anything is recorded."""
+        if self.capacity is None:
+            return
+        requested = self.options.max_parallel
+        refusal = self.capacity.refusal(requested) if requested is not None else None
+        if refusal is not None:
+            raise UserError(refusal)
+        for warning in self.capacity.warnings():
+            log.warning("%s", warning)
+        self.max_parallel = self._within_capacity(self.max_parallel)
+
     async def run(self) -> int:
         async with contextlib.AsyncExitStack() as stack:
             start_seq = await self.store.last_seq()
             await self._load_limits()
+            self._check_capacity()
             await self.store.append(
                 streams.DAEMON,
                 None,
@@ -576,8 +609,17 @@ async def run_daemon(
     executor: ExecutorFactory = local_executor,
 ) -> int:
     faults = fault_from_env()
+    limits.raise_open_files()
+    capacity = await asyncio.to_thread(limits.capacity)
     with DaemonLease(home.lock_path), pidfd_child_watcher():
         async with open_store(home, faults=faults) as store:
-            daemon = Daemon(store, home, options, base_env or dict(os.environ), executor=executor)
+            daemon = Daemon(
+                store,
+                home,
+                options,
+                base_env or dict(os.environ),
+                executor=executor,
+                capacity=capacity,
+            )
             with signal_handlers(daemon):
                 return await daemon.run()

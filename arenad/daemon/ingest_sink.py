@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from arenad.errors import LogTampered, StoreError, StoreUnwritable
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.group_commit import GroupCommit
 from events.base import Event
 from events.ingest import IngestionClosed
 
@@ -16,7 +17,10 @@ class IngestSink:
     """Appends what the watcher ingests. With ``hold_close``, the watcher's last batch (the
     one that ends in IngestionClosed) is held for the caller to append together with the
     run's end, in one transaction (:meth:`take_held`): a crash cannot separate the two,
-    and a restart that finds neither ingests from the recorded offsets again."""
+    and a restart that finds neither ingests from the recorded offsets again.
+
+    With ``group``, appends go through it: the batches of many cells' sinks that arrive
+    together share one transaction (:mod:`arenad.store.group_commit`)."""
 
     def __init__(
         self,
@@ -25,8 +29,10 @@ class IngestSink:
         *,
         hold_close: bool = False,
         observer: Callable[[str, Sequence[Event]], None] | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        self.group = group
         self.stream = stream
         self.version = 0
         self.appended = 0
@@ -55,7 +61,11 @@ class IngestSink:
             self.appended += len(events)
         else:
             try:
-                recorded = await self.store.append(self.stream, self.version, list(events))
+                request = AppendRequest(self.stream, self.version, list(events))
+                if self.group is not None:
+                    recorded = await self.group.append(request)
+                else:
+                    recorded = (await self.store.append_many([request]))[0]
             except (StoreUnwritable, LogTampered) as exc:
                 self.fatal = exc
                 self.fatal_seen.set()

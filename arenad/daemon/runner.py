@@ -32,7 +32,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -46,20 +46,24 @@ from arenad.arms import (
     prepare_step,
 )
 from arenad.cell.machine import CellState, CellStatus, apply
+from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon import steps
+from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
+from arenad.errors import LogTampered, StoreUnwritable
 from arenad.home import Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError
+from arenad.materialize import MaterializeError, Seal
 from arenad.runs import groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
+from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.group_commit import GroupCommit
 from arenad.verdict.judge import no_verdict
 from arenad.verdict.patch import PatchResult
 from arenad.verdict.verify import VerifyResult
@@ -94,8 +98,12 @@ class CellRunner:
         *,
         may_start: Callable[[], bool] | None = None,
         on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
+        group_commit: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        # Shared by every cell of the daemon: their appends (ingested batches and
+        # transitions alike) that arrive together share a transaction.
+        self.group_commit = group_commit
         # Asked before an attempt is materialized and before its run starts: False holds
         # the cell where it is (a campaign at its spend cap), never a failure.
         self.may_start = may_start
@@ -108,7 +116,11 @@ class CellRunner:
         self.executor = executor
         self.abort = asyncio.Event()
         self.abort_reason = "daemon shutting down"
-        self.writer = CellWriter(store, cell_id)
+        self.writer = CellWriter(
+            store,
+            cell_id,
+            append_many=group_commit.append_many if group_commit is not None else None,
+        )
         self.run_in_flight: Run | None = None
         # Set when the daemon stops: the run in flight is aborted, nothing new starts.
         self.shutdown = False
@@ -178,7 +190,7 @@ class CellRunner:
 
     async def step(self, state: CellState) -> None:
         if self.abort.is_set() and state.status in (S.SUBMITTED, S.MATERIALIZED):
-            await self.writer.append(
+            await self._append(
                 [
                     ev.CellFailed(
                         attempt=state.attempt,
@@ -258,6 +270,7 @@ class CellRunner:
             run_dir=run_dir,
             workspace=Path(state.workspace),
             env=cell_env_for(run_dir, self.config.base_env),
+            home_root=str(self.config.home.root),
         )
 
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
@@ -267,11 +280,20 @@ class CellRunner:
 
     async def materialize(self, state: CellState) -> None:
         run_dir = self._run_dir(state)
+        spec = state.spec
+        git_root = self.config.home.git_root(
+            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
+        )
         site = await self._site(state)
         try:
-            result = await site.call(
-                steps.materialize_step, state.spec, str(run_dir), dict(self.config.base_env)
-            )
+            async with stalls.reported(self.cell_id, "materialize"):
+                result = await site.call(
+                    steps.materialize_step,
+                    state.spec,
+                    str(run_dir),
+                    dict(self.config.base_env),
+                    str(git_root),
+                )
         except MaterializeError as exc:
             await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
             return
@@ -279,7 +301,8 @@ class CellRunner:
             await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         self._materialized_here = True
-        await self.writer.append(
+        seal = result.seal
+        await self._append(
             [
                 ev.CellMaterialized(
                     attempt=state.attempt,
@@ -288,6 +311,10 @@ class CellRunner:
                     head=result.head,
                     clean=result.clean,
                     materializer=state.spec.materializer.kind,
+                    git_root=seal.root if seal is not None else None,
+                    base_tree=seal.base_tree if seal is not None else None,
+                    ws_identity=seal.ws_identity if seal is not None else None,
+                    dotgit_identity=seal.dotgit_identity if seal is not None else None,
                 )
             ]
         )
@@ -306,7 +333,8 @@ class CellRunner:
         try:
             # First: an arm whose identity is unknown launches nothing (no paid run
             # without knowing what sat in its seat), and leaves no inputs behind.
-            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+            async with stalls.reported(self.cell_id, "spawn"):
+                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
         except ProvenanceError as exc:
             await self._fail(state, "provenance", str(exc), retryable=False)
             return
@@ -314,7 +342,12 @@ class CellRunner:
             await self._fail(state, "provenance", f"{type(exc).__name__}: {exc}", retryable=True)
             return
         try:
-            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+            async with stalls.reported(self.cell_id, "spawn"):
+                launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
+        except SandboxError as exc:
+            # What the campaign asks cannot be confined here: a new attempt would fail alike.
+            await self._fail(state, "launch", str(exc), retryable=False)
+            return
         except OSError as exc:
             await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
             return
@@ -335,7 +368,8 @@ class CellRunner:
             attempt=state.attempt,
         )
         try:
-            run = await site.start(request)
+            async with stalls.reported(self.cell_id, "spawn"):
+                run = await site.start(request)
         except groups.SpawnError as exc:
             await self._fail(state, "launch", str(exc), retryable=True)
             return
@@ -357,9 +391,10 @@ class CellRunner:
             output_cap_bytes=files.cap_bytes,
             executor=record.executor,
             node=record.node,
+            sandbox=launch.sandbox,
         )
         try:
-            state = await self.writer.append([*before_start, started])
+            state = await self._append([*before_start, started])
         except BaseException:
             await run.cancel_unreleased()
             raise
@@ -376,7 +411,7 @@ class CellRunner:
         run = await site.attach(started, str(ctx.run_dir))
         if await run.alive():
             log.info("%s: adopting run pid %d", self.cell_id, run.record.pid)
-            state = await self.writer.append(
+            state = await self._append(
                 [ev.RunAdopted(attempt=state.attempt, pid=run.record.pid, daemon_pid=os.getpid())]
             )
         await self._follow_run(state, ctx, site, run)
@@ -398,6 +433,7 @@ class CellRunner:
             ingest_stream(self.cell_id, state.attempt),
             hold_close=True,
             observer=self.on_ingested,
+            group=self.group_commit,
         )
         await sink.open(new=new)
         recorded = [] if new else await self.store.read_stream(sink.stream)
@@ -413,8 +449,9 @@ class CellRunner:
             if self.config.hang_after_s
             else None
         )
+        ingest_failure: BaseException | None = None
         try:
-            end = await self._wait_unless_left(run, sink)
+            end, ingest_failure = await self._wait_run(state, run, sink, observation)
         except BaseException:
             if observation is not None:
                 await observation.abort()
@@ -433,29 +470,72 @@ class CellRunner:
                 raise sink.fatal
             log.info("%s: left running (pid %d) for the next daemon", self.cell_id, run.record.pid)
             return
-        if observation is not None:
+        if observation is not None and ingest_failure is None:
             await observation.close()
+        elif observation is not None:
+            await observation.abort()
         await self._record_end(state, ctx, site, end, sink)
+        if ingest_failure is not None and self.writer.state is not None:
+            await self._fail(
+                self.writer.state,
+                "ingest",
+                f"ingestion stopped while the run ran: {ingest_failure!r}",
+                retryable=True,
+            )
 
-    async def _wait_unless_left(self, run: Run, sink: IngestSink) -> RunEnd | None:
-        """The run's end, or None once the daemon stops leaving runs running, or the
-        store failed under the run's ingestion (nothing more can be recorded)."""
+    async def _wait_run(
+        self, state: CellState, run: Run, sink: IngestSink, observation: Observation | None
+    ) -> tuple[RunEnd | None, BaseException | None]:
+        """The run's end, and the ingestion's failure if it stopped first.
+
+        None for the end: the daemon stops leaving runs running, or the store failed under
+        the run's ingestion (nothing more can be recorded). Ingestion that stopped can
+        never catch up with the run (its peer, the watcher, is gone): rather than wait out
+        the run unobserved (hours, maybe), the run is aborted and the cell fails with that
+        reason. An unwritable store is fatal for the daemon instead, and is raised.
+        """
         if self._leave.is_set() or sink.fatal is not None:
-            return None
-        ended = asyncio.ensure_future(run.wait())
-        left = asyncio.ensure_future(self._leave.wait())
-        failed = asyncio.ensure_future(sink.fatal_seen.wait())
-        try:
-            await asyncio.wait({ended, left, failed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (left, failed):
-                task.cancel()
-            if not ended.done():
+            return None, None
+        record = run.record
+        limit_s = (
+            max(0.0, (record.deadline_ms - self.clock()) / 1000)
+            + (state.run.kill_grace_s if state.run is not None else 0.0)
+            + STEP_LIMITS_S["run"]
+        )
+        async with stalls.reported(self.cell_id, "run", limit_s):
+            ended = asyncio.ensure_future(run.wait())
+            others: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self._leave.wait()),
+                asyncio.ensure_future(sink.fatal_seen.wait()),
+            ]
+            failing = asyncio.ensure_future(observation.failed()) if observation else None
+            if failing is not None:
+                others.append(failing)
+            try:
+                await asyncio.wait({ended, *others}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
                 ended.cancel()
-            await asyncio.gather(ended, left, failed, return_exceptions=True)
-        if ended.cancelled():
-            return None
-        return ended.result()
+                raise
+            finally:
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
+            if ended.done():
+                return ended.result(), None
+            if failing is not None and failing.done() and not failing.cancelled():
+                failure = failing.result()
+                if not isinstance(failure, StoreUnwritable | LogTampered):
+                    log.error("%s: ingestion stopped, aborting the run: %r", self.cell_id, failure)
+                    run.abort(f"ingestion stopped: {failure}")
+                    return await ended, failure
+                if sink.fatal is None:
+                    ended.cancel()
+                    await asyncio.gather(ended, return_exceptions=True)
+                    raise failure
+            # Left running, or the store failed: this run is no longer followed.
+            ended.cancel()
+            await asyncio.gather(ended, return_exceptions=True)
+            return None, None
 
     async def _record_end(
         self, state: CellState, ctx: ArmContext, site: Site, end: RunEnd, sink: IngestSink
@@ -495,14 +575,24 @@ class CellRunner:
                 )
                 return
         events: list[Event] = [outcome, *_output_capped(state.run, end, attempt)]
-        events += await self.arm.end_events(site, ctx, self._ingested(attempt, sink))
+        reader = self._ingested(attempt, sink)
+        events += await self.arm.end_events(site, ctx, reader)
+        failed = end.how == "timed_out" or (end.how == "exited" and end.code != 0)
+        infra = await self.arm.infra_cause(site, ctx, reader) if failed else None
+        if infra is not None:
+            # The provider failed the run before any model step: not the agent's loss. The
+            # run's end and the failure are one transaction, with the policy's new attempt.
+            await self._fail(
+                state, "run", infra.cause, retryable=True, also=sink.take_held(), before=events
+            )
+            return
         await self._append_with(events, sink.take_held())
 
     async def _append_with(self, events: Sequence[Event], also: Sequence[AppendRequest]) -> None:
         """Append to the cell with ``also`` in the same transaction; if the cell moved on
         meanwhile, ``also`` (facts about what was ingested) is still recorded on its own."""
         try:
-            await self.writer.append(events, also=also)
+            await self._append(events, also=also)
         except CellMovedOn:
             if also:
                 await self.store.append_many(list(also))
@@ -530,7 +620,7 @@ class CellRunner:
             action: Literal["none", "abort"] = "abort" if self.config.hang_abort else "none"
             log.warning("%s: no output for %.0f s (%s)", self.cell_id, silent_s, action)
             try:
-                await self.writer.append(
+                await self._append(
                     [ev.HangDetected(attempt=attempt, silent_s=round(silent_s, 3), action=action)]
                 )
             except CellMovedOn:
@@ -550,29 +640,41 @@ class CellRunner:
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )
         try:
-            patch = await site.call(
-                steps.patch_step,
-                str(ctx.workspace),
-                spec.instance.base_commit,
-                list(spec.excludes),
-                str(patch_path),
-            )
+            async with stalls.reported(self.cell_id, "patch"):
+                extraction = await site.call(
+                    steps.patch_step,
+                    str(ctx.workspace),
+                    spec.instance.base_commit,
+                    list(spec.excludes),
+                    str(patch_path),
+                    _seal(state),
+                )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
             return
+        patch = extraction.patch
+        if extraction.tampered:
+            # Evidence, not a failure: what the agent did is the attempt's result.
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+            )
         verify_log = ctx.run_dir / "verify.log"
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
-        verdict = await self._unless_aborted(
-            site.call(
-                steps.verify_step,
-                spec.instance.verify_cmd,
-                str(ctx.workspace),
-                str(verify_log),
-                ctx.env,
-                spec.verify_timeout_s,
+        verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
+        async with stalls.reported(self.cell_id, "verify", verify_limit):
+            verdict = await self._unless_aborted(
+                site.call(
+                    steps.verify_step,
+                    spec.instance.verify_cmd,
+                    str(ctx.workspace),
+                    str(verify_log),
+                    ctx.env,
+                    spec.verify_timeout_s,
+                    ctx.sandbox,
+                )
             )
-        )
         if verdict is None:
             outcome = Outcome(
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
@@ -582,12 +684,14 @@ class CellRunner:
                 attempt=state.attempt,
                 scored=outcome.scored,
                 not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path),
-                patch_lines=patch.lines,
-                patch_sha256=patch.sha256,
+                patch_path=str(patch_path) if patch is not None else None,
+                patch_lines=patch.lines if patch is not None else None,
+                patch_sha256=patch.sha256 if patch is not None else None,
                 verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                tampered=extraction.tampered,
+                nested_repos=patch.nested_repos if patch is not None else None,
             )
         ]
         if spec.judge is not None and outcome.scored:
@@ -595,16 +699,19 @@ class CellRunner:
             # verdict on an unscored run is no reward, its cost and time spent for nothing.
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
-            judged = await self._unless_aborted(
-                site.call(
-                    steps.judge_step,
-                    spec.judge,
-                    state.attempt,
-                    str(ctx.workspace),
-                    str(ctx.run_dir),
-                    ctx.env,
+            judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
+            async with stalls.reported(self.cell_id, "judge", judge_limit):
+                judged = await self._unless_aborted(
+                    site.call(
+                        steps.judge_step,
+                        spec.judge,
+                        state.attempt,
+                        str(ctx.workspace),
+                        str(ctx.run_dir),
+                        ctx.env,
+                        ctx.sandbox,
+                    )
                 )
-            )
             events.append(
                 judged
                 if judged is not None
@@ -612,22 +719,34 @@ class CellRunner:
             )
         events += _captured(state.attempt, patch, verdict)
         if not self.arm.recovery_joins_verify:
-            await self.writer.append(events)
+            await self._append(events)
             return
         # A crash before the append redoes both steps; recovery failing records the
         # verdict first.
         reader = self._ingested(state.attempt)
         try:
-            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+            async with stalls.reported(self.cell_id, "capture"):
+                captures, recovered = await self.arm.recover(site, ctx, state, reader)
         except Exception:
-            await self.writer.append(events)
+            await self._append(events)
             raise
-        state = await self.writer.append([*events, recovered], also=captures)
+        state = await self._append([*events, recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
+
+    async def _append(
+        self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
+    ) -> CellState:
+        async with stalls.reported(self.cell_id, "append"):
+            return await self.writer.append(events, also=also)
 
     async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
         """The step's result, or None when an operator's abort came first (the step is
-        cancelled, which ends what it started)."""
+        cancelled, which ends what it started; after an abort it is not started)."""
+        if self._operator_abort.is_set():
+            # A coroutine never awaited must still be closed (else a warning).
+            if asyncio.iscoroutine(step):
+                step.close()
+            return None
         task = asyncio.ensure_future(step)
         aborted = asyncio.ensure_future(self._operator_abort.wait())
         try:
@@ -644,8 +763,9 @@ class CellRunner:
         ctx = self._context(state)
         site = await self._site(state)
         reader = self._ingested(state.attempt)
-        captures, recovered = await self.arm.recover(site, ctx, state, reader)
-        state = await self.writer.append([recovered], also=captures)
+        async with stalls.reported(self.cell_id, "capture"):
+            captures, recovered = await self.arm.recover(site, ctx, state, reader)
+        state = await self._append([recovered], also=captures)
         await self.arm.after_recovered(site, ctx, state, reader)
 
     async def _fail(
@@ -656,9 +776,11 @@ class CellRunner:
         *,
         retryable: bool,
         also: Sequence[AppendRequest] = (),
+        before: Sequence[Event] = (),
     ) -> None:
-        """Record an infrastructure failure, and the policy's new attempt in the same
-        transaction when it asks for one (so a crash cannot separate the two)."""
+        """Record an infrastructure failure (after ``before``, e.g. the run's end), and the
+        policy's new attempt in the same transaction when it asks for one (so a crash
+        cannot separate them)."""
         log.warning("%s: %s failed: %s", self.cell_id, stage, error)
         failure = ev.CellFailed(
             attempt=state.attempt,
@@ -667,10 +789,12 @@ class CellRunner:
             classification="infrastructure",
             retryable=retryable,
         )
-        retry = policy_retry(
-            apply(state, failure, self.clock()), failure, self.config.retry, self.clock()
-        )
-        await self._append_with([failure] if retry is None else [failure, retry], also)
+        now = self.clock()
+        for event in before:
+            state = apply(state, event, now)
+        retry = policy_retry(apply(state, failure, now), failure, self.config.retry, now)
+        events = [*before, failure] if retry is None else [*before, failure, retry]
+        await self._append_with(events, also)
         await self.executor.done_with(self.cell_id, state.attempt)
 
 
@@ -691,11 +815,26 @@ class _IngestedReader:
         return self._events
 
 
-def _captured(attempt: int, patch: PatchResult, verdict: VerifyResult | None) -> list[Event]:
+def _seal(state: CellState) -> Seal | None:
+    """The workspace's seal as its CellMaterialized recorded it (None: made before seals)."""
+    m = state.materialized
+    if m is None or m.git_root is None or m.base_tree is None:
+        return None
+    return Seal(
+        root=m.git_root,
+        workspace=m.workspace,
+        base=state.spec.instance.base_commit,
+        base_tree=m.base_tree,
+        ws_identity=m.ws_identity,
+        dotgit_identity=m.dotgit_identity,
+    )
+
+
+def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:
     """What verify saw, bounded, for the log: it outlives the run dir (an aborted verify
     left no result to capture)."""
     out: list[Event] = []
-    if patch.excerpt is not None:
+    if patch is not None and patch.excerpt is not None:
         out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))

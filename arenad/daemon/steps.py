@@ -11,26 +11,30 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from arenad.materialize import MaterializeResult, materialize
+from arenad.materialize import MaterializeResult, Seal, materialize
 from arenad.runs.executor import Tools
 from arenad.sandbox.cellenv import prepare_cell_env
+from arenad.sandbox.confine import CellSandbox
 from arenad.verdict.judge import run_judge
-from arenad.verdict.patch import PatchResult, extract_patch
+from arenad.verdict.patch import Extraction, extract_checked
 from arenad.verdict.verify import VerifyResult, run_verify
 from events.cell import JudgeVerdictRecorded
 from events.specs import CellSpec, JudgeSpec
 
 
 async def materialize_step(
-    tools: Tools, spec: CellSpec, run_dir: str, base_env: dict[str, str]
+    tools: Tools, spec: CellSpec, run_dir: str, base_env: dict[str, str], git_root: str
 ) -> MaterializeResult:
-    """A fresh run dir with the cell's private environment, and its workspace ``ws/``.
+    """A fresh run dir with the cell's private environment, and its workspace ``ws/``,
+    sealed at ``git_root`` (outside the run dir).
 
-    No run of this attempt was recorded, so anything in the run dir is debris of a daemon
-    that died before starting one: it starts clean.
+    No run of this attempt was recorded, so anything in the run dir or the git root is
+    debris of a daemon that died before starting one: it starts clean.
     """
     await asyncio.to_thread(_fresh_run_dir, Path(run_dir), base_env)
-    return await materialize(spec, Path(run_dir) / "ws", templates=tools.templates)
+    return await materialize(
+        spec, Path(run_dir) / "ws", git_root=git_root, templates=tools.templates
+    )
 
 
 def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
@@ -41,9 +45,14 @@ def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
 
 
 async def patch_step(
-    tools: Tools, workspace: str, base: str, excludes: list[str], out_path: str
-) -> PatchResult:
-    return await extract_patch(workspace, base, excludes, out_path)
+    tools: Tools,
+    workspace: str,
+    base: str,
+    excludes: list[str],
+    out_path: str,
+    seal: Seal | None = None,
+) -> Extraction:
+    return await extract_checked(workspace, base, excludes, out_path, seal)
 
 
 async def verify_step(
@@ -53,8 +62,11 @@ async def verify_step(
     log_path: str,
     env: dict[str, str],
     timeout_s: float,
+    sandbox: CellSandbox | None = None,
 ) -> VerifyResult:
-    return await run_verify(verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s)
+    return await run_verify(
+        verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s, sandbox=sandbox
+    )
 
 
 async def judge_step(
@@ -64,5 +76,8 @@ async def judge_step(
     workspace: str,
     run_dir: str,
     env: dict[str, str],
+    sandbox: CellSandbox | None = None,
 ) -> JudgeVerdictRecorded:
-    return await run_judge(spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env)
+    return await run_judge(
+        spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env, sandbox=sandbox
+    )

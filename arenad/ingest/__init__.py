@@ -6,7 +6,8 @@ sink and resumes from positions folded out of the events the sink accepted.
 - :mod:`~arenad.ingest.offsets` — pure fold: recorded events → where each file resumes.
 - :mod:`~arenad.ingest.lines` — pure: bytes → line events (length, partial, kinds).
 - :mod:`~arenad.ingest.tailer` — one file: bounded reads, truncation, snapshots.
-- :mod:`~arenad.ingest.watcher` — run dirs: watchdog + rescans, batching, close.
+- :mod:`~arenad.ingest.inotify` — inotify on the event loop (one descriptor, no thread).
+- :mod:`~arenad.ingest.watcher` — run dirs: inotify + rescans, batching, close.
 """
 
 from arenad.ingest.lines import LineSplitter, classify_line, parse_lines, split_lines

@@ -1,10 +1,11 @@
 """Watch run directories and turn their growing files into ingest events.
 
 :class:`RunDirWatcher` owns one :class:`~arenad.ingest.tailer.FileTailer` per
-selected file under one or more :class:`WatchSource` roots. It wakes on watchdog
-(inotify) notifications *and* on a periodic rescan, so a missed notification
-delays at most one rescan interval and loses nothing; files that appear after
-start (new workers) are picked up by the rescan a creation triggers.
+selected file under one or more :class:`WatchSource` roots. It wakes on inotify
+notifications (watchdog's, through :mod:`arenad.ingest.inotify`: one instance and
+one thread for every watcher of a daemon) *and* on a periodic rescan, so a missed
+notification delays at most one rescan interval and loses nothing; files that
+appear after start (new workers) are picked up by the rescan a creation triggers.
 
 Delivery is batched: each sink call carries the lines available now across all
 files, at most ``max_batch_events`` events or about ``max_batch_bytes`` line bytes
@@ -19,7 +20,6 @@ re-raises it; restart a new watcher from :attr:`RunDirWatcher.positions`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import logging
 import os
@@ -29,19 +29,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirMovedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver, ObservedWatch
+from watchdog.observers.api import BaseObserver
 
+from arenad.ingest.inotify import Inotify, Watch
 from arenad.ingest.lines import MAX_LINE_BYTES
 from arenad.ingest.live import LiveLoop
 from arenad.ingest.offsets import (
@@ -76,6 +67,9 @@ Clock = Callable[[], int]
 DEFAULT_MAX_BATCH_EVENTS = 5_000
 DEFAULT_MAX_BATCH_BYTES = 4 << 20
 DEFAULT_RESCAN_INTERVAL = 0.5
+# While inotify watches every root, a rescan only backs it up (a file appearing is itself
+# a notification): a daemon following 500 runs spent a tenth of its time in rescans at 0.5 s.
+DEFAULT_WATCHED_RESCAN_INTERVAL = 5.0
 DEFAULT_BUSY_RATE = 2_000.0
 DEFAULT_BUSY_INTERVAL = 0.02
 _BUSY_WINDOW = 0.1
@@ -127,7 +121,12 @@ class GlobSelection:
     @property
     def recursive(self) -> bool:
         """Whether any pattern reaches below the root (the watch must recurse)."""
-        return any(len(segs) > 1 for segs, _ in self._compiled)
+        return self.depth > 0
+
+    @property
+    def depth(self) -> int:
+        """How many directory levels below the root a pattern reaches (no ``**``)."""
+        return max((len(segs) - 1 for segs, _ in self._compiled), default=0)
 
     def classify(self, relpath: str) -> Mode | None:
         """The mode a relative path is ingested in, or ``None`` if it is not selected."""
@@ -256,27 +255,6 @@ def stop_observer(observer: BaseObserver) -> None:
     observer.join(timeout=10)
 
 
-_WATCHED_EVENTS: list[type[FileSystemEvent]] = [
-    FileModifiedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    DirCreatedEvent,
-    DirMovedEvent,
-]
-"""No open/close-nowrite events: the watcher's own reads must not wake it."""
-
-
-class _Waker(FileSystemEventHandler):
-    """Runs on watchdog's thread: only flips flags and pokes the loop."""
-
-    def __init__(self, notify: Callable[[bool], None]) -> None:
-        self._notify = notify
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._notify(event.is_directory or event.event_type != "modified")
-
-
 @dataclass
 class IngestStats:
     """Counters for benchmarks and diagnostics (committed batches only)."""
@@ -292,6 +270,8 @@ class _Root:
     source: WatchSource
     path: Path | None = None
     watched: bool = False
+    # The live inotify watch of the root (None: none could be added, or it was dropped).
+    watch: Watch | None = None
 
 
 class RunDirWatcher(LiveLoop):
@@ -306,6 +286,7 @@ class RunDirWatcher(LiveLoop):
         *,
         positions: Positions | None = None,
         rescan_interval: float = DEFAULT_RESCAN_INTERVAL,
+        watched_rescan_interval: float = DEFAULT_WATCHED_RESCAN_INTERVAL,
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -314,11 +295,11 @@ class RunDirWatcher(LiveLoop):
         inotify: bool = True,
         busy_rate: float = DEFAULT_BUSY_RATE,
         busy_interval: float = DEFAULT_BUSY_INTERVAL,
-        observer: BaseObserver | None = None,
+        observer: Inotify | None = None,
     ) -> None:
-        """``observer``: a started watchdog observer shared with other watchers (a daemon
-        watching many runs); this watcher schedules its roots on it and unschedules them
-        on close. Without one it starts (and stops) an observer of its own."""
+        """``observer``: an inotify instance shared with other watchers (a daemon watching
+        many runs); this watcher adds its roots' watches to it and removes them on close.
+        Without one it opens (and closes) an instance of its own."""
         super().__init__()
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
@@ -331,6 +312,9 @@ class RunDirWatcher(LiveLoop):
         self._sink = sink
         self._initial = positions if positions is not None else Positions()
         self._rescan_interval = rescan_interval
+        self._watched_rescan_interval = max(rescan_interval, watched_rescan_interval)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = -1.0
         self._max_events = max_batch_events
         self._max_bytes = max_batch_bytes
         self._chunk_size = chunk_size
@@ -345,10 +329,9 @@ class RunDirWatcher(LiveLoop):
         self._tailers: dict[FileKey, FileTailer] = {}
         self._order: list[FileTailer] = []
         self._rr = 0
-        self._observer: BaseObserver | None = None
+        self._observer: Inotify | None = None
         self._shared_observer = observer
-        self._watches: list[ObservedWatch] = []
-        self._handler = _Waker(self._notify_threadsafe)
+        self._watches: list[Watch] = []
         self._wake_requested = False
         self._rescan_requested = False
         # Every file drained to its end and IngestionClosed delivered.
@@ -383,7 +366,10 @@ class RunDirWatcher(LiveLoop):
         if self._use_inotify and self._shared_observer is not None:
             self._observer = self._shared_observer
         elif self._use_inotify:
-            self._observer = start_observer("ingestion")
+            try:
+                self._observer = Inotify()
+            except OSError as exc:
+                log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 
     async def _final_pass(self) -> None:
         await self._final_drain()
@@ -395,20 +381,20 @@ class RunDirWatcher(LiveLoop):
 
     # -- the loop ------------------------------------------------------------------
 
-    def _notify_threadsafe(self, rescan: bool) -> None:
-        # watchdog thread. Flags are plain attributes (atomic under the GIL); the
-        # loop resets them *before* it reads, so a write after the reset always
-        # schedules a new wake and a write before it is seen by the read.
+    def _notify(self, rescan: bool) -> None:
+        # On the loop (arenad.ingest.inotify hands watchdog's reads over). The loop
+        # resets the flags *before* it reads, so a notification after the reset always
+        # wakes it again and one before it is seen by the read.
         if rescan:
             self._rescan_requested = True
         if self._wake_requested:
             return
         self._wake_requested = True
-        self._poke()
+        self._wake.set()
 
     async def _run(self) -> None:
-        # Idle, the watcher sleeps until watchdog reports a change (or the next
-        # rescan). Under load (``busy_rate`` events/s or more) watchdog's per-write
+        # Idle, the watcher sleeps until inotify reports a change (or the next
+        # rescan). Under load (``busy_rate`` events/s or more) inotify's per-write
         # notifications cost more than they save: the watches are dropped and the
         # files polled every ``busy_interval`` until the rate falls below a quarter
         # of ``busy_rate``, then the watches come back.
@@ -423,7 +409,7 @@ class RunDirWatcher(LiveLoop):
             if self._rescan_requested or now >= next_rescan:
                 self._rescan_requested = False
                 await self._rescan()
-                next_rescan = now + self._rescan_interval
+                next_rescan = now + self._next_rescan_in()
             await self._pump()
             if self._closing:
                 break
@@ -434,12 +420,41 @@ class RunDirWatcher(LiveLoop):
                 if self._busy and quiet:
                     await self._set_busy(False)
                     continue  # writes made while unwatched got no notification
-            timeout = next_rescan - loop.time()
+            wake_at = next_rescan
             if self._busy:
-                timeout = min(timeout, self._busy_interval)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, timeout)):
-                    await self._wake.wait()
+                wake_at = min(wake_at, loop.time() + self._busy_interval)
+            self._arm_timer(loop, wake_at)
+            await self._wake.wait()
+        self._disarm_timer()
+
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        # One timer per deadline, not one per wait: at hundreds of watchers each waking
+        # on every line, a timeout scope per wait was a fifth of the loop's time.
+        if self._timer is not None and self._timer_at == at:
+            return
+        self._disarm_timer()
+        self._timer = loop.call_at(at, self._on_timer)
+        self._timer_at = at
+
+    def _on_timer(self) -> None:
+        # Fired: the next wait arms a new one, even for the same deadline (asyncio may
+        # fire a timer up to its clock's resolution early).
+        self._timer = None
+        self._wake.set()
+
+    def _disarm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _next_rescan_in(self) -> float:
+        """The rescan period: long while inotify watches every root, short otherwise."""
+        if self._observer is None or self._busy:
+            return self._rescan_interval
+        for root in self._roots:
+            if root.watch is None or not root.watch.healthy:
+                return self._rescan_interval
+        return self._watched_rescan_interval
 
     async def _set_busy(self, busy: bool) -> None:
         self._busy = busy
@@ -460,12 +475,15 @@ class RunDirWatcher(LiveLoop):
                 break
             # Busy is decided before the batch goes to the sink, not after: a writer at
             # full speed makes one inotify notification per write, and each costs
-            # watchdog's threads Python time (the GIL) for as long as the watches stay;
+            # Python time (the GIL) for as long as the watches stay;
             # the first batch's append alone can last a few hundred ms.
             self._window_events += len(batch)
             if not self._busy and self._window_events >= self._busy_rate * _BUSY_WINDOW:
                 await self._set_busy(True)
             await self._deliver(batch, nbytes, touched)
+            if len(batch) < self._max_events and nbytes < self._max_bytes:
+                # Every file was read to its end: what was written since woke us again.
+                break
             await asyncio.sleep(0)  # let the loop breathe between batches
 
     def _collect(self) -> tuple[list[Event], int, list[FileTailer]]:
@@ -511,6 +529,9 @@ class RunDirWatcher(LiveLoop):
                 root.path = root.source.resolve()
                 if root.path is None:
                     continue
+            if root.watch is not None and not root.watch.healthy:
+                # Its directory was deleted or moved away: watch what is there now.
+                self._drop_watch(root)
             if not root.watched and not self._busy:
                 root.watched = await self._watch(root)
             name = root.source.name
@@ -531,43 +552,45 @@ class RunDirWatcher(LiveLoop):
 
     async def _watch(self, root: _Root) -> bool:
         observer = self._observer
-        if observer is None or root.path is None:
+        if observer is None or root.path is None or observer.closed:
             return True
         try:
-            watch = await asyncio.to_thread(
-                observer.schedule,
-                self._handler,
-                str(root.path),
-                recursive=root.source.selection.recursive,
-                event_filter=_WATCHED_EVENTS,
-            )
+            watch = observer.watch(str(root.path), root.source.selection.depth, self._notify)
             self._watches.append(watch)
-        except OSError as exc:  # gone again, or out of watches: rescans still work
+            root.watch = watch
+        except FileNotFoundError:
+            pass  # gone again: the next rescan finds it or not
+        except OSError as exc:  # out of watches: rescans still work
             log.warning("cannot watch %s, relying on rescans: %s", root.path, exc)
         return True
 
+    def _drop_watch(self, root: _Root) -> None:
+        watch, root.watch, root.watched = root.watch, None, False
+        if watch is None:
+            return
+        # Two roots of one watcher may share a directory, never a Watch.
+        self._watches = [w for w in self._watches if w is not watch]
+        if self._observer is not None and not self._observer.closed:
+            self._observer.unwatch(watch)
+
     async def _unschedule_own(self) -> None:
-        """Drop this watcher's watches (only its own: the observer may be shared)."""
+        """Drop this watcher's watches (only its own: the instance may be shared)."""
         observer = self._observer
         watches, self._watches = self._watches, []
-        # Two roots of one watcher may be one directory (one watch): unschedule it once.
-        unique = list({id(w): w for w in watches}.values())
-        if observer is None or not unique:
+        for root in self._roots:
+            root.watch = None
+        if observer is None or observer.closed:
             return
-
-        def unschedule() -> None:
-            for watch in unique:
-                with contextlib.suppress(KeyError):
-                    observer.unschedule(watch)
-
-        await asyncio.to_thread(unschedule)
+        for watch in watches:
+            observer.unwatch(watch)
 
     async def _stop_watching(self) -> None:
+        self._disarm_timer()
         await self._unschedule_own()
         observer, self._observer = self._observer, None
         if observer is None or observer is self._shared_observer:
             return
-        await asyncio.to_thread(stop_observer, observer)
+        observer.close()
 
     async def _final_drain(self) -> None:
         await self._rescan()

@@ -46,7 +46,6 @@ async def materialize_image(
     *,
     instance_id: str,
     docker: str = "docker",
-    git: str = "git",
     create_timeout_s: float = CREATE_TIMEOUT_S,
     cp_timeout_s: float = CP_TIMEOUT_S,
     rm_timeout_s: float = RM_TIMEOUT_S,
@@ -78,9 +77,11 @@ async def materialize_image(
             except CommandError as exc:
                 # Not fatal to the workspace; the leftover is named ext-… for cleanup.
                 rm_note = f"; rm failed: {exc}"
-    if not (dest / ".git").exists():
-        raise MaterializeError("no-git", f"{image}:/testbed copied to {dest} has no .git")
-    head, clean = await checkout_work_branch(dest, base, git=git, timeout_s=git_timeout_s)
+    dotgit = dest / ".git"
+    if dotgit.is_symlink() or not dotgit.is_dir():
+        # A .git file or link would name another git dir: only a real one is this checkout's.
+        raise MaterializeError("no-git", f"{image}:/testbed copied to {dest} has no .git dir")
+    head, clean = await checkout_work_branch(dest, base, timeout_s=git_timeout_s)
     return MaterializeResult(
         workspace=os.fspath(dest),
         head=head,

@@ -12,9 +12,11 @@ from typing import Literal
 import msgspec
 
 from arenad.errors import ArenadError
+from arenad.materialize import gitsafe
+from arenad.materialize.seal import Seal
 from arenad.runs.commands import CommandError, RunResult, run_ok
 
-GIT_TIMEOUT_S = 120.0
+GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
 WORK_BRANCH = "hh-work"
 
 Stage = Literal[
@@ -27,6 +29,8 @@ Stage = Literal[
     "branch-fail",
     "checkout-fail",
     "status-fail",
+    "clean",
+    "seal-fail",
 ]
 
 
@@ -47,18 +51,31 @@ class MaterializeResult(msgspec.Struct, frozen=True, kw_only=True):
     materializer: Literal["image", "git"]
     # The image or source it came from (and, for images, the container used).
     detail: str
+    # The daemon's own record of the workspace (None: not sealed; see materialize.seal).
+    seal: Seal | None = None
 
 
 async def git_step(
     stage: Stage,
+    ws: Path,
     argv: Sequence[str],
     *,
-    git: str = "git",
     timeout_s: float = GIT_TIMEOUT_S,
-    env: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Run ``git <argv>``; a failure becomes MaterializeError(stage)."""
-    return await command_step(stage, [git, *argv], timeout_s=timeout_s, env=env)
+    """``git <argv>`` on the workspace ``ws`` the daemon is making (hardened, its git dir
+    and work tree named); a failure becomes MaterializeError(stage)."""
+    w = os.fspath(ws)
+    try:
+        return await gitsafe.run_git(
+            argv,
+            git_dir=os.path.join(w, ".git"),
+            work_tree=w,
+            home=os.fspath(ws.parent),
+            stage=stage,
+            timeout_s=timeout_s,
+        )
+    except CommandError as exc:
+        raise MaterializeError(stage, str(exc)) from exc
 
 
 async def command_step(
@@ -85,38 +102,22 @@ def prepare_dest(dest: Path) -> None:
 
 
 async def checkout_work_branch(
-    ws: Path,
-    base: str,
-    *,
-    git: str = "git",
-    timeout_s: float = GIT_TIMEOUT_S,
+    ws: Path, base: str, *, timeout_s: float = GIT_TIMEOUT_S
 ) -> tuple[str, bool]:
     """reset --hard base, clean (tolerated), branch -f hh-work base, checkout; (HEAD, clean)."""
-    w = os.fspath(ws)
-    await git_step(
-        "reset-fail", ["-C", w, "reset", "-q", "--hard", base], git=git, timeout_s=timeout_s
-    )
-    with contextlib.suppress(CommandError):  # the seed tolerates a failed clean
-        await run_ok([git, "-C", w, "clean", "-qfd"], timeout_s, stage="clean")
-    await git_step(
-        "branch-fail", ["-C", w, "branch", "-f", WORK_BRANCH, base], git=git, timeout_s=timeout_s
-    )
-    await git_step(
-        "checkout-fail", ["-C", w, "checkout", "-q", WORK_BRANCH], git=git, timeout_s=timeout_s
-    )
-    return await head_and_clean(ws, git=git, timeout_s=timeout_s)
+    await git_step("reset-fail", ws, ["reset", "-q", "--hard", base], timeout_s=timeout_s)
+    with contextlib.suppress(MaterializeError):  # the seed tolerates a failed clean
+        await git_step("clean", ws, ["clean", "-qfd"], timeout_s=timeout_s)
+    await git_step("branch-fail", ws, ["branch", "-f", WORK_BRANCH, base], timeout_s=timeout_s)
+    await git_step("checkout-fail", ws, ["checkout", "-q", WORK_BRANCH], timeout_s=timeout_s)
+    return await head_and_clean(ws, timeout_s=timeout_s)
 
 
-async def head_and_clean(
-    ws: Path, *, git: str = "git", timeout_s: float = GIT_TIMEOUT_S
-) -> tuple[str, bool]:
+async def head_and_clean(ws: Path, *, timeout_s: float = GIT_TIMEOUT_S) -> tuple[str, bool]:
     """HEAD's commit, and whether `git status --porcelain` would print nothing — one git
     process (porcelain v2 names the commit in its ``# branch.oid`` header)."""
     status = await git_step(
-        "status-fail",
-        ["-C", os.fspath(ws), "status", "--porcelain=v2", "--branch"],
-        git=git,
-        timeout_s=timeout_s,
+        "status-fail", ws, ["status", "--porcelain=v2", "--branch"], timeout_s=timeout_s
     )
     head = ""
     clean = True
@@ -128,3 +129,11 @@ async def head_and_clean(
     if not head or head == "(initial)":
         raise MaterializeError("status-fail", f"{ws} has no HEAD commit")
     return head, clean
+
+
+async def base_tree_of(ws: Path, base: str, *, timeout_s: float = GIT_TIMEOUT_S) -> str:
+    """``<base>^{tree}`` in the workspace the daemon is making (before any agent)."""
+    out = await git_step(
+        "seal-fail", ws, ["rev-parse", "--verify", "-q", f"{base}^{{tree}}"], timeout_s=timeout_s
+    )
+    return out.stdout_text.strip()

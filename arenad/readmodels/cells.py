@@ -92,6 +92,42 @@ def row_of(state: CellState, last_seq: int) -> tuple[object, ...]:
     )
 
 
+REASON_CHARS = 300
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
+    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 1] + "…"
+
+
+def status_reason(
+    attempt: int,
+    failed_error: str | None,
+    not_scored_reason: str | None,
+    previous_failure: str | None,
+) -> str | None:
+    """Why a cell is where it is, in one line (None: nothing to explain): its failure, why
+    its result does not count, or why its attempt is a retry. Pure, from the state's own
+    fields, so the SQL read model and a fold agree."""
+    if failed_error:
+        return _one_line(failed_error)
+    if not_scored_reason:
+        return _one_line(not_scored_reason)
+    if previous_failure:
+        return f"attempt {attempt - 1} failed: {_one_line(previous_failure)}"
+    return None
+
+
+def state_reason(state: CellState) -> str | None:
+    """:func:`status_reason` of a folded state."""
+    return status_reason(
+        state.attempt,
+        state.failed.error if state.failed is not None else None,
+        state.verified.not_scored_reason if state.verified is not None else None,
+        state.previous_failure,
+    )
+
+
 def decode_state(blob: bytes) -> CellState:
     return _state_decoder.decode(blob)
 

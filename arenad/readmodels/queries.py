@@ -8,9 +8,16 @@ from typing import Any
 import aiosqlite
 
 from arenad.cell.machine import CellState
-from arenad.readmodels.cells import STATUS_COLUMNS, decode_state
+from arenad.readmodels.cells import STATUS_COLUMNS, decode_state, status_reason
 
 _STATUS_COLUMNS = ", ".join(STATUS_COLUMNS)
+# What the reason is made of, read out of the state (no column of its own: no migration).
+_STATE_TEXT = "CAST(state_json AS TEXT)"
+_REASON_PARTS = (
+    f"json_extract({_STATE_TEXT}, '$.failed.error'),"
+    f" json_extract({_STATE_TEXT}, '$.verified.not_scored_reason'),"
+    f" json_extract({_STATE_TEXT}, '$.previous_failure')"
+)
 
 
 async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
@@ -21,7 +28,7 @@ async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
 async def cell_rows(
     db: aiosqlite.Connection, campaign: str | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
-    sql = f"SELECT {_STATUS_COLUMNS} FROM cells"
+    sql = f"SELECT {_STATUS_COLUMNS}, {_REASON_PARTS} FROM cells"
     params: list[Any] = []
     if campaign is not None:
         sql += " WHERE campaign = ?"
@@ -31,10 +38,15 @@ async def cell_rows(
         sql += " LIMIT ?"
         params.append(limit)
     cursor = await db.execute(sql, params)
-    names = [d[0] for d in cursor.description]
     rows = await cursor.fetchall()
     await cursor.close()
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    out = []
+    for row in rows:
+        named = dict(zip(STATUS_COLUMNS, row[: len(STATUS_COLUMNS)], strict=True))
+        failed, not_scored, previous = row[len(STATUS_COLUMNS) :]
+        named["reason"] = status_reason(int(named["attempt"]), failed, not_scored, previous)
+        out.append(named)
+    return out
 
 
 async def cell_state(db: aiosqlite.Connection, cell_id: str) -> CellState | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from arenad.cell.machine import TERMINAL, CellState, CellStatus, fold
 from arenad.readmodels import queries
-from arenad.readmodels.cells import COLUMNS, STATUS_COLUMNS, row_of
+from arenad.readmodels.cells import COLUMNS, STATUS_COLUMNS, row_of, state_reason
 from arenad.store.base import EventStore
 from arenad.store.sqlite import SqliteEventStore
 from events.streams import CELL, cell_stream
@@ -46,7 +46,8 @@ class CellsView(abc.ABC):
     async def rows(
         self, campaign: str | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
-        """One status row per cell (``STATUS_COLUMNS``), by campaign, instance, arm, rep."""
+        """One status row per cell (``STATUS_COLUMNS`` and ``reason``: why it is where it
+        is, or None), by campaign, instance, arm, rep."""
 
     @abc.abstractmethod
     async def state(self, cell_id: str) -> CellState | None:
@@ -159,7 +160,7 @@ class FoldedCellsView(CellsView):
         out = []
         for s in states[:limit]:
             row = dict(zip(COLUMNS, row_of(s, 0), strict=True))
-            out.append({c: row[c] for c in STATUS_COLUMNS})
+            out.append({**{c: row[c] for c in STATUS_COLUMNS}, "reason": state_reason(s)})
         return out
 
     async def state(self, cell_id: str) -> CellState | None:

@@ -30,6 +30,7 @@ One contract suite (``tests/runs/executor_contract.py``) runs against every exec
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -116,6 +117,13 @@ class Observation(abc.ABC):
     @abc.abstractmethod
     async def abort(self) -> None:
         """Stop at once, delivering nothing more (a restart resumes from the log)."""
+
+    async def failed(self) -> BaseException:
+        """Returns the error that stopped the observation early (its sink's, or its
+        watcher's); waits forever while it goes on. An executor that cannot tell never
+        returns: the run's end then says what happened."""
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
 
 class Run(abc.ABC):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arenad.runs import groups
+from arenad.runs import groups, limits
 from arenad.runs import wrapper as runwrap
 
 log = logging.getLogger("arenad.runs.launcher_client")
@@ -36,6 +36,10 @@ _LAUNCHER_BOOT = (
 )
 # Bounds a launcher's exit once told to (it exits at once; a stuck one is killed).
 _LAUNCHER_EXIT_S = 5.0
+# A launcher answers a spawn within milliseconds (a fork and the child's setsid); one that
+# has not answered in this long is stuck for good: it is killed (and replaced on next use)
+# so that this spawn, and every other waiting on it, fails instead of waiting forever.
+REPLY_TIMEOUT_S = 60.0
 MAX_MESSAGE = 1 << 20
 
 
@@ -48,6 +52,8 @@ class WrapperLauncher:
         self._sock: socket.socket | None = None
         self._pid: int | None = None
         self._reader: asyncio.Task[None] | None = None
+        # Set when the running launcher's reader has ended (the launcher is gone).
+        self._gone: asyncio.Future[None] | None = None
         self._starting = asyncio.Lock()
         # One sender at a time: an event loop keeps one writer callback per descriptor, so
         # concurrent senders waiting for a full socket to drain would wake only the last
@@ -75,6 +81,8 @@ class WrapperLauncher:
         has been reaped) with ``release_r`` as its stdin (and ``lifeline_r`` as its fd 3);
         the caller keeps (and closes) its own copies."""
         sock = await self._running()
+        gone = self._gone
+        assert gone is not None
         loop = asyncio.get_running_loop()
         self._next_id += 1
         request_id = self._next_id
@@ -83,11 +91,37 @@ class WrapperLauncher:
         try:
             message = marshal.dumps(("spawn", request_id, log, args, dict(env)))
             async with self._sending:
-                fds = [release_r] if lifeline_r is None else [release_r, lifeline_r]
-                await _send_with_fds(loop, sock, message, fds)
-            return await reply
+                if gone.done():
+                    raise _gone_error()
+                try:
+                    fds = [release_r] if lifeline_r is None else [release_r, lifeline_r]
+                    await _send_with_fds(loop, sock, message, fds, gone)
+                except OSError as exc:  # the peer is gone (EPIPE, ECONNRESET)
+                    raise groups.SpawnError(
+                        [sys.executable, "-c", "launcher"], f"sending to the launcher: {exc}"
+                    ) from exc
+            try:
+                async with asyncio.timeout(REPLY_TIMEOUT_S):
+                    return await reply
+            except TimeoutError:
+                self._kill_stuck(sock)
+                raise groups.SpawnError(
+                    [sys.executable, "-c", "launcher"],
+                    f"the launcher did not answer in {REPLY_TIMEOUT_S:.0f} s (killed)",
+                ) from None
         finally:
             self._pending.pop(request_id, None)
+            # Failed before its reply came (the launcher went away): nobody reads it now.
+            if not reply.done():
+                reply.cancel()
+            elif not reply.cancelled():
+                reply.exception()
+
+    def _kill_stuck(self, sock: socket.socket) -> None:
+        if self._sock is sock and self._pid is not None:
+            log.error("wrapper launcher %d did not answer; killing it", self._pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
 
     async def close(self) -> None:
         sock, pid, reader = self._sock, self._pid, self._reader
@@ -115,7 +149,7 @@ class WrapperLauncher:
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER_BOOT]
+            argv = [sys.executable, "-I", "-S", "-c", _boot()]
             # Its own session: a terminal's ^C reaches the daemon, not the launcher (it
             # exits when the daemon's end closes).
             self._pid = os.posix_spawn(
@@ -137,6 +171,7 @@ class WrapperLauncher:
             theirs.close()
         ours.setblocking(False)
         self._sock = ours
+        self._gone = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(
             self._read(ours, self._pid), name="wrapper launcher"
         )
@@ -149,14 +184,17 @@ class WrapperLauncher:
         except OSError as exc:
             log.warning("wrapper launcher %d: %s", pid, exc)
         finally:
+            # A sender waiting for the socket to drain would wait forever: wake it first.
+            if self._gone is not None and not self._gone.done():
+                self._gone.set_result(None)
             self._sock = None
             self._pid = None
             self._reader = None
+            self._gone = None
             sock.close()
-            gone = groups.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
             for reply in self._pending.values():
                 if not reply.done():
-                    reply.set_exception(gone)
+                    reply.set_exception(_gone_error())
             # Nobody will say when these are reaped now: their waiters fall back to /proc.
             for reaped in self._reaped.values():
                 if not reaped.done():
@@ -183,22 +221,54 @@ class WrapperLauncher:
                 done.set_result(message[2] if len(message) > 2 else None)
 
 
+def _boot() -> str:
+    # The daemon raised its own open-file limit (arenad.runs.limits); the agents keep
+    # the one it was given: the launcher puts it back before it forks any wrapper.
+    nofile = limits.children_nofile()
+    if nofile is None:
+        return _LAUNCHER_BOOT
+    return (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE,"
+        f" ({nofile}, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); {_LAUNCHER_BOOT}"
+    )
+
+
 def _reap_quietly(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
 
 
+def _gone_error() -> groups.SpawnError:
+    return groups.SpawnError([sys.executable, "-c", "launcher"], "the launcher exited")
+
+
 async def _send_with_fds(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, message: bytes, fds: list[int]
+    loop: asyncio.AbstractEventLoop,
+    sock: socket.socket,
+    message: bytes,
+    fds: list[int],
+    gone: asyncio.Future[None],
 ) -> None:
+    """Send, waiting for room while the socket is full, unless the launcher goes away
+    meanwhile (its reader then closes the socket: the wait would never end)."""
+    sock_fd = sock.fileno()
     while True:
         try:
             socket.send_fds(sock, [message], fds)
             return
         except BlockingIOError:
             writable: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(sock, writable.set_result, None)
+            # By number: the reader may close the socket object while this waits.
+            loop.add_writer(sock_fd, _set_once, writable)
             try:
-                await writable
+                await asyncio.wait({writable, gone}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                loop.remove_writer(sock)
+                loop.remove_writer(sock_fd)
+                writable.cancel()
+            if gone.done():
+                raise _gone_error() from None
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -2,23 +2,24 @@
 
 Steps run in the daemon's event loop (or a thread, for blocking ones). Agent runs start
 through the daemon's :class:`~arenad.runs.launcher_client.WrapperLauncher` as detached
-runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched by one
-shared watchdog observer (:class:`~arenad.ingest.watcher.RunDirWatcher` per run).
+runs (:mod:`arenad.runs.detached`) that outlive the daemon; their files are watched through
+one shared watchdog inotify instance (:mod:`arenad.ingest.inotify`: one thread for every
+run; a :class:`~arenad.ingest.watcher.RunDirWatcher` per run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from watchdog.observers.api import BaseObserver
-
 from arenad.clock import Clock, system_clock
+from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import Positions
-from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource, start_observer, stop_observer
+from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource
 from arenad.runs import groups
 from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
 from arenad.runs.executor import (
@@ -36,6 +37,8 @@ from arenad.runs.launcher_client import WrapperLauncher
 from events.cell import RunStarted
 from events.specs import CellSpec
 
+log = logging.getLogger(__name__)
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -50,10 +53,19 @@ class LocalObservation(Observation):
     async def abort(self) -> None:
         await self.watcher.abort()
 
+    async def failed(self) -> BaseException:
+        try:
+            await self.watcher.wait()
+        except Exception as exc:
+            return exc
+        # Closed without an error: nothing more to say.
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
 
 class LocalRun(Run):
     def __init__(
-        self, run: DetachedRun, clock: Clock, observer: BaseObserver | None, node: str | None
+        self, run: DetachedRun, clock: Clock, observer: Inotify | None, node: str | None
     ) -> None:
         self.run = run
         self.files = run.files
@@ -193,14 +205,17 @@ class LocalExecutor(Executor):
         self.clock = clock
         self.node = node
         self.launcher = WrapperLauncher()
-        self.observer: BaseObserver | None = None
+        self.observer: Inotify | None = None
         self._inotify = inotify
         self._site = LocalSite(self)
 
     async def start(self) -> None:
-        """Start the shared watchdog observer (one inotify instance and thread)."""
+        """Open the shared inotify instance (one descriptor and reader thread)."""
         if self._inotify and self.observer is None:
-            self.observer = await asyncio.to_thread(start_observer, "ingestion")
+            try:
+                self.observer = Inotify()
+            except OSError as exc:
+                log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 
     async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
         check_executor(spec, cell_id, self.kind)
@@ -213,7 +228,7 @@ class LocalExecutor(Executor):
         observer, self.observer = self.observer, None
         try:
             if observer is not None:
-                await asyncio.to_thread(stop_observer, observer)
+                observer.close()
         finally:
             await self.launcher.close()
 

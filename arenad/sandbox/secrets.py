@@ -8,6 +8,8 @@ key values are expanded inside the wrapper's child.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -67,6 +69,26 @@ def wrap_bash(secrets: SecretsSpec | None, script: str) -> WrappedCommand:
         argv += ["-f", name]
     argv += ["--", "bash", "-c", f"{AUTH_BOOTSTRAP}\n{script}"]
     return WrappedCommand(argv=argv, cwd=secrets.dir)
+
+
+def wrapper_problem(secrets: SecretsSpec, search_path: str | None = None) -> str | None:
+    """Why the secrets wrapper cannot start (None: its executable is there); a relative
+    path is taken from the secrets dir, the wrapper's cwd. Without it every cell of the
+    campaign would fail at launch."""
+    if not secrets.wrapper:
+        return "[secrets] wrapper is empty"
+    exe = secrets.wrapper[0]
+    if "/" in exe:
+        path = os.path.join(secrets.dir, exe)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return None
+        return f"[secrets] wrapper: {path} is not an executable file"
+    if shutil.which(exe, path=search_path) is not None:
+        return None
+    return (
+        f"[secrets] wrapper: {exe!r} is not found on PATH (install it, or set [secrets]"
+        " wrapper to the command that loads the env files)"
+    )
 
 
 def is_provider_secret(name: str) -> bool:

@@ -62,9 +62,12 @@ How a request is answered (stateless, so the server needs no memory and survives
   ``title``, before any conversation is tried, and never advances a conversation.
 * A step has ``text``, ``tool_calls`` or both (finish_reason "tool_calls" if it has any tool
   call, else "stop"); optionally ``reasoning`` (streamed as ``reasoning_content``). A step
-  may instead be ``error = { status = 500, message = "..." }``: the request gets that HTTP
-  error. Since nothing is recorded for a failed call, every retry at that position fails
-  too; use a non-retryable status (400) to make opencode give up at once.
+  may instead be ``error = { status = 500, message = "...", retry_after_ms = 0 }``: the
+  request gets that HTTP error, with the error ``type`` a real provider gives that status
+  (``server_error`` only for 5xx) and, when set, a ``retry-after-ms`` header. Since nothing
+  is recorded for a failed call, every retry at that position fails too: opencode gives up
+  at once on a 4xx but 429, and retries a 429 or 5xx five times (``retry_after_ms = 0``
+  makes those retries immediate).
 * ``delay_s`` / ``chunk_delay_s`` on a step override the script's defaults.
 """
 
@@ -182,10 +185,15 @@ class ToolCall(_Config, frozen=True):
 class ErrorReply(_Config, frozen=True):
     status: int = 500
     message: str = "scripted error"
+    # Sent as the ``retry-after-ms`` header: opencode then waits this long between its
+    # retries of a retryable error (0: retry at once) instead of its 2-30 s backoff.
+    retry_after_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not 400 <= self.status <= 599:
             raise ValueError(f"status must be an HTTP error status (400-599), got {self.status}")
+        if self.retry_after_ms is not None and self.retry_after_ms < 0:
+            raise ValueError(f"retry_after_ms must be >= 0, got {self.retry_after_ms}")
 
 
 class Step(_Config, frozen=True):

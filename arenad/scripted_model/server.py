@@ -29,7 +29,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -169,6 +169,9 @@ class ScriptedModelServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []
+        # Each chat request's Authorization header (None: absent). In memory only, for
+        # tests that check which credentials reached the model; never logged.
+        self.authorizations: list[str | None] = []
         self.replies: list[Reply] = []
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -298,6 +301,7 @@ class ScriptedModelServer:
             err = wire.error_body("request body must be a JSON object", "invalid_request_error")
             return await self._send_json(writer, 400, err, keep)
         self.requests.append(body)
+        self.authorizations.append(request.headers.get("authorization"))
         script = self.script
         model = body.get("model")
         if not isinstance(model, str) or script.model(model) is None:
@@ -320,8 +324,12 @@ class ScriptedModelServer:
         if reply.delay_s > 0:
             await self._sleep(reply.delay_s)
         if reply.error is not None:
-            err = wire.error_body(reply.error.message, "server_error", "scripted_error")
-            return await self._send_json(writer, reply.error.status, err, keep)
+            status = reply.error.status
+            err = wire.error_body(reply.error.message, wire.error_type(status), "scripted_error")
+            extra = []
+            if reply.error.retry_after_ms is not None:
+                extra.append(("retry-after-ms", str(reply.error.retry_after_ms)))
+            return await self._send_json(writer, status, err, keep, extra)
         completion_id = f"chatcmpl-scripted-{next(self._ids)}"
         if body.get("stream") is True:
             options = body.get("stream_options")
@@ -340,13 +348,19 @@ class ScriptedModelServer:
         return await self._send_json(writer, 200, payload, keep)
 
     async def _send_json(
-        self, writer: asyncio.StreamWriter, status: int, payload: dict[str, Any], keep_alive: bool
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: dict[str, Any],
+        keep_alive: bool,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> bool:
         data = msgspec.json.encode(payload)
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(data))),
             ("Connection", "keep-alive" if keep_alive else "close"),
+            *extra,
         ]
         writer.write(_head(status, headers) + data)
         await writer.drain()
@@ -518,6 +532,10 @@ class ThreadedScriptedModel:
     @property
     def replies(self) -> list[Reply]:
         return self._server.replies
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        return self._server.authorizations
 
 
 def run_in_thread(script: Script, host: str = "127.0.0.1", port: int = 0) -> ThreadedScriptedModel:

@@ -146,5 +146,18 @@ def models_list(script: Script, created: int) -> JSON:
     return {"object": "list", "data": [model_object(m, created) for m in script.model_ids]}
 
 
+def error_type(status: int) -> str:
+    """The OpenAI error ``type`` a real provider sends with ``status``. It matters: opencode
+    retries any error whose body says ``server_error`` (even a 401), so a 4xx that says so
+    would cost ~70 s of retries instead of giving up at once as it does with a provider."""
+    if status in (401, 403):
+        return "authentication_error" if status == 401 else "permission_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
 def error_body(message: str, type_: str, code: str | None = None) -> JSON:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}

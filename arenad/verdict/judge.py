@@ -30,6 +30,7 @@ import msgspec
 from arenad.errors import ArenadError
 from arenad.runs.commands import run
 from arenad.runs.groups import SpawnError
+from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.secrets import strip_provider_secrets
 from events.cell import JudgeVerdictRecorded
 from events.specs import JudgeSpec
@@ -97,12 +98,14 @@ async def run_judge(
     workspace: str | os.PathLike[str],
     run_dir: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
+    sandbox: CellSandbox | None = None,
 ) -> JudgeVerdictRecorded:
-    """Run the campaign's judge for one attempt; always returns the event to append, with
+    """Run the campaign's judge for one attempt, confined to ``sandbox`` when given (it
+    reads the agent's workspace); always returns the event to append, with
     how many times the judge ran (once: arenad does not retry it) and its wall time (the
     reference's judgeAttempts / judgeWallS, which the ledger reads)."""
     t0 = time.monotonic()
-    event = await _judge_once(spec, attempt, workspace, run_dir, env)
+    event = await _judge_once(spec, attempt, workspace, run_dir, env, sandbox)
     # A duration, measured once and recorded: the projection never reads a clock.
     wall_s = round(time.monotonic() - t0, 3)
     return msgspec.structs.replace(event, attempts=1, wall_s=wall_s)
@@ -114,14 +117,22 @@ async def _judge_once(
     workspace: str | os.PathLike[str],
     run_dir: str | os.PathLike[str],
     env: Mapping[str, str] | None,
+    sandbox: CellSandbox | None,
 ) -> JudgeVerdictRecorded:
     out = Path(run_dir) / "judge.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    child_env = strip_provider_secrets(dict(os.environ if env is None else env))
+    argv = ["bash", "-c", spec.command]
+    if sandbox is not None:
+        try:
+            argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(workspace)).argv
+        except SandboxError as exc:
+            return no_verdict(spec, attempt, f"judge could not be sandboxed: {exc}", "")
     try:
         result = await run(
-            ["bash", "-c", spec.command],
+            argv,
             cwd=workspace,
-            env=strip_provider_secrets(dict(os.environ if env is None else env)),
+            env=child_env,
             timeout_s=spec.timeout_s,
             stdout_path=out,
             stderr_path=out.with_name("judge.log"),

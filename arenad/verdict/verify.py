@@ -1,4 +1,5 @@
-"""The verify gate: ``bash -c <verify_cmd>`` in the workspace, provider secrets stripped.
+"""The verify gate: ``bash -c <verify_cmd>`` in the workspace, provider secrets stripped,
+confined to the cell's sandbox (the agent's view: it runs the agent's files).
 
 A test must not pass only because a key leaked in, so the gate's env loses every provider
 secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as
@@ -19,6 +20,7 @@ import msgspec
 
 from arenad.runs.commands import run
 from arenad.runs.groups import DEFAULT_KILL_GRACE_S
+from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.secrets import strip_provider_secrets, stripped_names
 from arenad.verdict.excerpt import VERIFY_LOG_KEEP_BYTES, file_tail_excerpt
 from events.cell import TextExcerpt
@@ -48,17 +50,36 @@ async def run_verify(
     timeout_s: float = VERIFY_TIMEOUT_S,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     keep_bytes: int = VERIFY_LOG_KEEP_BYTES,
+    sandbox: CellSandbox | None = None,
 ) -> VerifyResult:
-    """Run the verify command; ``env`` (default: ours) is passed with provider secrets removed."""
+    """Run the verify command; ``env`` (default: ours) is passed with provider secrets
+    removed; ``sandbox``: the cell's view it is confined to (None: not confined)."""
     base = dict(os.environ if env is None else env)
+    child_env = strip_provider_secrets(base)
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["bash", "-c", verify_cmd]
+    if sandbox is not None:
+        try:
+            argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(ws)).argv
+        except SandboxError as exc:
+            # Never run unconfined what was to be confined: a verdict that says why.
+            log.write_text(f"arenad: verify could not be sandboxed: {exc}\n")
+            return VerifyResult(
+                rc=127,
+                passed=False,
+                timed_out=False,
+                aborted=False,
+                wall_s=0.0,
+                log_path=os.fspath(log),
+                stripped=stripped_names(base),
+            )
     err_path = log.with_name(log.name + ".stderr")
     try:
         result = await run(
-            ["bash", "-c", verify_cmd],
+            argv,
             cwd=ws,
-            env=strip_provider_secrets(base),
+            env=child_env,
             timeout_s=timeout_s,
             kill_grace_s=kill_grace_s,
             stdout_path=log,

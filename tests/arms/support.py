@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from arenad.ingest.lines import line_bytes
@@ -17,6 +17,13 @@ from tests.daemon.support import cli, read_all, start_daemon
 DRIVER = Path(__file__).resolve().parents[1] / "fakes" / "supervisor-driver"
 SUP_RUN = Path(".loops") / "supervisor" / "sup-1"
 """The stand-in driver's run dir, relative to the workspace."""
+
+
+def sandbox_shares() -> list[str]:
+    """What the stand-in driver needs shown in the cell's sandbox: this checkout's venv (its
+    interpreter) and the fakes dir it lives in (the campaign's documented way to share an
+    agent installed somewhere unusual)."""
+    return [sys.prefix, str(DRIVER.parent)]
 
 
 def supervisor_campaign(
@@ -33,9 +40,11 @@ def supervisor_campaign(
     worker_model: str = "scripted/w",
     driver_model: str = "scripted/d",
     opencode_bin: Path | None = None,
+    shares: Sequence[str] = (),
 ) -> Path:
     """A one-cell campaign whose supervisor arm ``SUP`` runs the stand-in driver; the arm
-    creates the cell's opencode store first with ``opencode_bin`` (None: no store init)."""
+    creates the cell's opencode store first with ``opencode_bin`` (None: no store init; its
+    install is then not shown to the cell unless in ``shares``)."""
     driver = json.dumps([sys.executable, str(DRIVER), "{ws}", "{params}"])
     if opencode_bin is None:
         store_init = "init_opencode_store = false"
@@ -62,6 +71,8 @@ loops_repo = {json.dumps(str(loops))}
 driver_cmd = {driver}
 env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000" }}
 {store_init}
+[sandbox]
+read_only = {json.dumps([*sandbox_shares(), *shares])}
 """
     )
     return path

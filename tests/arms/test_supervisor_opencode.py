@@ -126,12 +126,16 @@ def _run(
     *,
     timeout_s: float,
     second_step_delay_s: float | None = None,
+    exec_mode: str = "",
 ) -> tuple[list[Event], list[Event], list[Event], Path]:
     home = _submitted(tmp_path, opencode_bin, timeout_s)
     model = scripted_model(_script(second_step_delay_s))
     env = env_with(
         FAKE_SUP_OPENCODE=str(opencode_bin),
         FAKE_SUP_PAUSE="0.3",
+        FAKE_SUP_EXEC=exec_mode,
+        # A PWD the daemon was started with: no child of it may inherit this one.
+        PWD="/",
         # The daemon copies this into the cell's own opencode config (and drops the variable).
         OPENCODE_CONFIG_CONTENT=json.dumps(model.opencode_config(provider_id="scripted")),
     )
@@ -446,3 +450,31 @@ def test_the_cells_store_exists_before_the_driver_starts(
     recovered = _one(cell, ev.CellRecovered)
     assert recovered.store_available is True  # type: ignore[attr-defined]
     assert recovered.spend.worker_sessions == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_workers_started_by_plain_exec_work_in_their_clones(
+    tmp_path: Path, opencode_bin: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    """Finding 4: the launch exported PWD=<loops checkout> to the driver, and workers it
+    started by a plain exec in their clones (inheriting it) worked in the loops checkout:
+    no worker cwd matched a session, and the cell showed 0 tokens."""
+    cell, _ingest, capture, run_dir = _run(
+        tmp_path, opencode_bin, scripted_model, timeout_s=300, exec_mode="plain"
+    )
+    clones = _clones(run_dir)
+    n, tin, _tout, out, _ids = _store_worker_spend(run_dir, clones)
+    assert n == 2 and tin > 0 and out > 0
+    assert not [e for e in capture if isinstance(e, WorkerCwdUnmatched)]
+    recovered = _one(cell, ev.CellRecovered)
+    spend = recovered.spend  # type: ignore[attr-defined]
+    assert spend.worker_sessions == 2 and spend.worker_tok_in == tin
+    verified = _one(cell, ev.CellVerified)
+    patch = Path(verified.patch_path).read_text()  # type: ignore[attr-defined]
+    assert "+    return a + b" in patch and "+    return a * b" in patch
+    # The driver and its workers saw the loops checkout read-only, and it is untouched.
+    loops = tmp_path / "loops"
+    view = _one(cell, ev.RunStarted).sandbox  # type: ignore[attr-defined]
+    assert view.kind == "bwrap" and str(loops) in view.read_only
+    assert not any(p.startswith(str(loops)) for p in view.read_write)
+    assert sorted(p.name for p in loops.iterdir()) == [".git", "README"]

@@ -15,6 +15,8 @@ RESOLVED_AT_SUBMIT = {
     ("SupervisorArmFile", "loops_repo"),
     # Derived from DRIVER_CANCEL_TIMEOUT_MS (the driver's own deadline plus a buffer).
     ("SupervisorArmFile", "kill_grace_s"),
+    # No [sandbox] table means the default sandbox (bwrap), which the spec holds resolved.
+    ("CampaignFile", "sandbox"),
 }
 
 PAIRS = [
@@ -24,6 +26,7 @@ PAIRS = [
     (files.SecretsFile, specs.SecretsSpec),
     (files.JudgeFile, specs.JudgeSpec),
     (files.MaterializerFile, specs.MaterializerSpec),
+    (files.SandboxFile, specs.SandboxSpec),
     (files.CampaignFile, specs.CellSpec),
 ]
 

@@ -548,3 +548,35 @@ def test_the_supervisor_s_paths_are_checked_at_submit(
     with pytest.raises(CampaignError) as err:
         load_campaign(path)
     assert str(err.value) == expected
+
+
+def test_the_sandbox_is_on_by_default_and_none_is_an_explicit_opt_out(tmp_path: Path) -> None:
+    cell = load_campaign(write(tmp_path, GOOD)).cells[0]
+    assert cell.sandbox.kind == "bwrap" and cell.sandbox.read_only == []
+    (tmp_path / "data").mkdir()
+    shared = GOOD + '[sandbox]\nread_only = ["./data"]\n'
+    cell = load_campaign(write(tmp_path, shared)).cells[0]
+    assert cell.sandbox.read_only == [str((tmp_path / "data").resolve())]
+    cell = load_campaign(write(tmp_path, GOOD + '[sandbox]\nkind = "none"\n')).cells[0]
+    assert cell.sandbox.kind == "none"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('kind = "docker"', "Invalid enum value 'docker' - at `sandbox.kind`"),
+        ('read_only = ["./nope"]', "[sandbox] read_only[0]: "),
+        ('read_only = ["/"]', "[sandbox] read_only[0]: / is a system root"),
+        ('read_only = ["/tmp"]', "[sandbox] read_only[0]: /tmp is a system root"),
+        ('read_only = ["~"]', "contains the user's home"),
+        ('read_only = ["./secrets/x"]', "overlaps the secrets dir"),
+        ("bogus = 1", "unknown field `bogus` - at `sandbox`"),
+    ],
+)
+def test_bad_sandbox_tables_say_what_and_where(tmp_path: Path, table: str, message: str) -> None:
+    (tmp_path / "secrets/x").mkdir(parents=True)
+    text = GOOD + f'[secrets]\ndir = "./secrets"\nenv_files = [".env"]\n[sandbox]\n{table}\n'
+    with pytest.raises(CampaignError) as info:
+        load_campaign(write(tmp_path, text))
+    assert message in str(info.value)
+    assert str(tmp_path / "c.toml") in str(info.value)

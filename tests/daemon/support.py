@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -129,3 +131,34 @@ def command_campaign(
 
 def env_with(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
+
+
+class Beacon:
+    """A TCP listener on localhost that appends every line it receives to ``path``: how a
+    sandboxed agent reports to a test. The sandbox hides the test's files from the agent
+    but keeps the network, so a fact the test must see even if the agent's cell is wiped
+    (re-materialized) travels this way; ``shell`` is the agent's side."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        lock = threading.Lock()
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                data = self.rfile.read()
+                with lock, path.open("ab") as f:
+                    f.write(data)
+
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def shell(self, text: str = "$$") -> str:
+        """A bash command that sends one line (``text``, expanded by the agent's shell)."""
+        return f'echo "{text}" > /dev/tcp/127.0.0.1/{self.port}'
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -72,8 +72,9 @@ async def test_abort_running_cell(tmp_path: Path) -> None:
 @pytest.mark.parametrize("step", ["verify", "judge"])
 async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path, step: str) -> None:
     home = tmp_path / "home"
-    marker = tmp_path / "started"
-    hold = f"touch {marker}; exec sleep 600"
+    # Verify and the judge are confined to the cell: the marker is in the workspace.
+    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/ws/started"
+    hold = "touch started; exec sleep 600"
     verdict = json.dumps(json.dumps({"resolved": True}))
     camp = _campaign(
         tmp_path,

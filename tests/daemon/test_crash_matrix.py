@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from arenad.sandbox.confine import install_roots
 from arenad.store.faults import CRASH_EXIT
 from events import cell as ev
 from events.base import Recorded
@@ -144,6 +145,8 @@ def _supervisor(root: Path, opencode: Path, start_model: Callable[[str], Running
         timeout_s=300,
         worker_model="scripted/worker",
         driver_model="scripted/worker",
+        # The workers' opencode (FAKE_SUP_OPENCODE below), shown to the cell's sandbox.
+        shares=install_roots(str(opencode), "", "/"),
     )
     home = root / "home"
     submit(home, camp)

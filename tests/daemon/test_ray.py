@@ -3,8 +3,9 @@
 The cluster is the session's (tests/ray_support.py: two worker nodes, a head with no CPU,
 token auth); a test that removes or freezes a node gets a spare one of its own, the only
 one offering ``{"arenad_spare": 1}``, and its campaign asks for that. The agent is a bash
-script that appends one line to ``runs.txt`` each time it really starts, so "it ran once"
-is a count, and writes JSON lines to its stdout over time.
+script that reports one line to ``runs.txt`` each time it really starts (over the network:
+it runs sandboxed, see tests.daemon.support.Beacon), so "it ran once" is a count, and writes
+JSON lines to its stdout over time.
 
 An abort on Ray (the group and its children killed) is the executor contract's
 (tests/runs/ray/test_executor.py); how `arenad abort` reaches a run is the same for every
@@ -18,7 +19,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +30,36 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import IngestionClosed, LineIngested, LineMalformed
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.daemon.support import (
+    Beacon,
+    cli,
+    command_campaign,
+    read_all,
+    start_daemon,
+    wait_for,
+)
 from tests.opencode_support import RunningModel
 from tests.ray_support import SPARE, RayTestCluster, node_pids
 
 pytestmark = pytest.mark.slow
 
 
+_beacons: list[Beacon] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_beacons() -> Iterator[None]:
+    yield
+    while _beacons:
+        _beacons.pop().close()
+
+
 def _agent(marker: Path, lines: int, pause_s: float) -> list[str]:
+    beacon = Beacon(marker)
+    _beacons.append(beacon)
     script = (
-        f'echo "$$" >> {marker}; echo changed > a.txt; env > "$HOME/agent.env"; '
+        f"{beacon.shell()}; "
+        'echo changed > a.txt; env > "$HOME/agent.env"; '
         f"for i in $(seq {lines}); do "
         # Doubled braces: the command arm's argv is a str.format template.
         f'echo "{{{{\\"kind\\":\\"tick\\",\\"i\\":$i}}}}"; sleep {pause_s}; done'

@@ -11,6 +11,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +21,40 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.daemon.support import (
+    Beacon,
+    cli,
+    command_campaign,
+    read_all,
+    start_daemon,
+    wait_for,
+)
 from tests.fullfs import fill, free, small_fs
 
 CELL = "rs:i1:CMD:0"
 
 
+_beacons: list[Beacon] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_beacons() -> Iterator[None]:
+    yield
+    while _beacons:
+        _beacons.pop().close()
+
+
+def _report(marker: Path) -> str:
+    """The agent's shell command that adds its pid to ``marker`` (the agent is sandboxed:
+    it reports over the network, see Beacon)."""
+    beacon = Beacon(marker)
+    _beacons.append(beacon)
+    return beacon.shell()
+
+
 def _agent(marker: Path, lines: int, pause_s: float, rc: int) -> list[str]:
     script = (
-        f'echo "$$" >> {marker}; '
+        f"{_report(marker)}; "
         f"for i in $(seq {lines}); do "
         # Doubled braces: the command arm's argv is a str.format template.
         f'echo "{{{{\\"kind\\":\\"tick\\",\\"i\\":$i}}}}"; sleep {pause_s}; done; exit {rc}'
@@ -190,7 +216,9 @@ def test_on_a_full_disk_a_finished_run_is_recorded_with_its_real_status(tmp_path
     )
     home = tmp_path / "home"
     with small_fs(home / "campaigns", size="16m") as fs:
-        home = _setup(tmp_path, ["bash", "-c", script])
+        # Unsandboxed: what is tested is the wrapper's writes on a full disk, and the
+        # agent waits on a file of the test's (a sandboxed agent sees only its cell).
+        home = _setup(tmp_path, ["bash", "-c", script], extra='[sandbox]\nkind = "none"')
         daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
         try:
             wait_for(marker.exists, "the agent to start")
@@ -352,7 +380,7 @@ def test_leave_running_exits_at_once_instead_of_waiting_for_the_agent(tmp_path: 
 def test_a_second_signal_forces_the_stop(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
     # An agent that ignores SIGTERM, with a long kill grace: a drain would wait it out.
-    stubborn = ["bash", "-c", f"trap '' TERM; echo $$ >> {marker}; sleep 120"]
+    stubborn = ["bash", "-c", f"trap '' TERM; {_report(marker)}; sleep 120"]
     home = _setup(tmp_path, stubborn, arm_extra="kill_grace_s = 60")
     daemon = start_daemon(home, stderr=tmp_path / "daemon.err")
     wait_for(lambda: marker.exists(), "the agent to start")
@@ -416,7 +444,7 @@ def test_output_dropped_past_the_cap_is_not_silence(tmp_path: Path) -> None:
 
 def test_a_silent_run_gets_a_hang_event_and_is_aborted(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
-    home = _setup(tmp_path, ["bash", "-c", f"echo $$ >> {marker}; sleep 120"])
+    home = _setup(tmp_path, ["bash", "-c", f"{_report(marker)}; sleep 120"])
     daemon = start_daemon(
         home,
         "--until-idle",

@@ -35,14 +35,14 @@ def test_sentinel_secret_never_written(tmp_path: Path) -> None:
         verify_cmd='test -z "${OPENAI_API_KEY:-}"',
         extra=f'[secrets]\ndir = "{secrets}"\nenv_files = [".env"]\n',
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
     env = {
         **os.environ,
         "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
         "OPENAI_API_KEY": AMBIENT,
     }
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp), env=env)  # the wrapper must be found at submit
+    assert out.returncode == 0, out.stderr
     err = tmp_path / "daemon.err"
     daemon = start_daemon(home, "--until-idle", env=env, stderr=err)
     assert daemon.wait(timeout=60) == 0

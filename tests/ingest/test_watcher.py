@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from arenad.arms.supervisor import supervisor_run_dir, supervisor_selection, supervisor_source
+from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import fold_positions
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -377,13 +378,10 @@ async def test_busy_mode_polls_then_watches_again(tmp_path: Path) -> None:
 
 
 async def test_watchers_sharing_an_observer_keep_their_own_watches(tmp_path: Path) -> None:
-    # A daemon shares one observer between every run it follows: closing one watcher must
-    # leave the others' inotify watches in place. A long rescan interval means only
+    # A daemon shares one inotify instance between every run it follows: closing one
+    # watcher must leave the others' watches in place. A long rescan interval means only
     # inotify can deliver the second watcher's lines in time.
-    from watchdog.observers import Observer
-
-    observer = Observer()
-    observer.start()
+    observer = Inotify()
     try:
         a_dir, b_dir = tmp_path / "a", tmp_path / "b"
         a_dir.mkdir()
@@ -404,11 +402,39 @@ async def test_watchers_sharing_an_observer_keep_their_own_watches(tmp_path: Pat
             lambda: len(a_sink.lines("out.jsonl")) == 1 and len(b_sink.lines("out.jsonl")) == 1
         )
         await a.close()
-        assert observer.is_alive()
+        assert not observer.closed and observer.directories == 1
         append(b_dir / "out.jsonl", _line("b", 2))
         await until(lambda: len(b_sink.lines("out.jsonl")) == 2, timeout=5, what="inotify")
         await b.close()
-        assert observer.is_alive() and not observer.emitters
+        assert observer.directories == 0
     finally:
-        observer.stop()
-        observer.join(timeout=10)
+        observer.close()
+
+
+async def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
+    # While every root is watched, rescans are rare (an hour here): a root whose
+    # directory went away loses its watch, so rescans come back until it is watched again.
+    run = tmp_path / "run"
+    run.mkdir()
+    sink = Recorder()
+    watcher = RunDirWatcher(
+        [file_source("stdout", run / "out.jsonl")],
+        sink,
+        rescan_interval=0.05,
+        watched_rescan_interval=3600,
+    )
+    await watcher.start()
+    try:
+        append(run / "out.jsonl", _line("a", 1))
+        await until(lambda: len(sink.lines("out.jsonl")) == 1, what="the first line")
+        (run / "out.jsonl").unlink()
+        run.rmdir()
+        run.mkdir()
+        append(run / "out.jsonl", _line("a", 2))
+        await until(lambda: len(sink.lines("out.jsonl")) == 2, timeout=10, what="the new file")
+        # Watched again: a line written now arrives by inotify, not by an hourly rescan.
+        await until(lambda: watcher._next_rescan_in() == 3600, what="the new watch")
+        append(run / "out.jsonl", _line("a", 3))
+        await until(lambda: len(sink.lines("out.jsonl")) == 3, timeout=10, what="inotify")
+    finally:
+        await watcher.close()

@@ -11,7 +11,7 @@ from arenad.home import Home, open_store
 from arenad.readmodels.view import CellsView, FoldedCellsView, SqliteCellsView
 from arenad.store.base import EventStore
 from arenad.store.memory import InMemoryEventStore
-from events.cell import CellFailed, CellPaused, CellSubmitted
+from events.cell import CellFailed, CellPaused, CellRetried, CellSubmitted
 from events.streams import cell_stream
 from tests.events.samples import make_spec
 
@@ -22,10 +22,20 @@ async def _fill(store: EventStore) -> None:
             spec = make_spec(instance_id=f"i{i}", rep=rep)
             await store.append(cell_stream(spec.cell_id), 0, [CellSubmitted(spec=spec)])
     failed = make_spec(instance_id="i1", rep=0).cell_id
+    cause = "provider unreachable: Cannot connect to API\n(details)"
     await store.append(
         cell_stream(failed),
         1,
-        [CellFailed(attempt=1, stage="x", error="e", classification="infrastructure")],
+        [CellFailed(attempt=1, stage="run", error=cause, classification="infrastructure")],
+    )
+    retried = make_spec(instance_id="i3", rep=0).cell_id
+    await store.append(
+        cell_stream(retried),
+        1,
+        [
+            CellFailed(attempt=1, stage="run", error="HTTP 503", classification="infrastructure"),
+            CellRetried(attempt=2, reason="policy", requested_by="policy"),
+        ],
     )
     await store.append(cell_stream(make_spec(instance_id="i2", rep=1).cell_id), 1, [CellPaused()])
 
@@ -44,6 +54,13 @@ async def view(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 async def test_counts(view: CellsView) -> None:
     assert await view.counts() == [("failed", 1), ("submitted", 7)]
+
+
+async def test_rows_say_why_in_one_line(view: CellsView) -> None:
+    reasons = {(r["instance_id"], r["rep"]): r["reason"] for r in await view.rows()}
+    assert reasons[("i1", 0)] == "provider unreachable: Cannot connect to API"
+    assert reasons[("i3", 0)] == "attempt 1 failed: HTTP 503"
+    assert reasons[("i0", 0)] is None
 
 
 async def test_runnable_is_oldest_first_excluding_terminal_and_paused(view: CellsView) -> None:

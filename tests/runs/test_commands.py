@@ -282,3 +282,12 @@ async def test_pipe_held_outside_the_group_is_abandoned_not_awaited(tmp_path: Pa
         for pid in escaped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_child_gets_pwd_equal_to_its_working_directory(tmp_path: Path) -> None:
+    """Finding 4's rule: an inherited PWD names the daemon's directory, and a program that
+    trusts PWD (opencode) would work there."""
+    code = "import os; print(os.environ.get('PWD'), os.environ.get('OLDPWD'))"
+    env = {**os.environ, "PWD": "/", "OLDPWD": "/usr"}
+    result = await run(["python3", "-c", code], cwd=tmp_path, env=env)
+    assert result.stdout_text.split() == [str(tmp_path), "None"]

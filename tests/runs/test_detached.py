@@ -649,6 +649,55 @@ async def test_an_output_file_that_cannot_be_written_still_gets_the_exit_recorde
         await launcher.close()
 
 
+async def test_a_launcher_that_dies_while_senders_wait_fails_them_all(
+    tmp_path: Path, launcher: WrapperLauncher
+) -> None:
+    # The launcher stops reading (SIGSTOP) so the socket fills and a sender waits for it
+    # to drain; then it dies. Every spawn must fail at once, none wait forever.
+    await (await _spawn(tmp_path / "warm", "exit 0", launcher)).cancel_unreleased()
+    pid = launcher.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    env = {**os.environ, "ARENAD_TEST_PADDING": "x" * 8192}
+    spawns = [
+        asyncio.ensure_future(_spawn(tmp_path / f"c{i}", "exit 0", launcher, env=env))
+        for i in range(100)
+    ]
+    # Until the socket is full: a sender holds the lock and the rest queue behind it.
+    await _until(lambda: launcher._sending.locked() and len(launcher._pending) == 100)
+    os.kill(pid, signal.SIGKILL)
+    async with asyncio.timeout(30):
+        results = await asyncio.gather(*spawns, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, groups.SpawnError)]
+    # Some may have been sent before the launcher stopped reading, none is left hanging.
+    assert failed and all(isinstance(r, groups.SpawnError | DetachedRun) for r in results)
+    await asyncio.gather(*(r.cancel_unreleased() for r in results if isinstance(r, DetachedRun)))
+    # The next spawn gets a new launcher.
+    run = await _spawn(tmp_path / "after", "exit 3", launcher)
+    assert launcher.pid not in (None, pid)
+    run.release()
+    assert (await run.wait(_clock)).code == 3
+
+
+async def test_a_launcher_that_never_answers_is_killed_and_the_spawn_fails(
+    tmp_path: Path, launcher: WrapperLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arenad.runs import launcher_client
+
+    monkeypatch.setattr(launcher_client, "REPLY_TIMEOUT_S", 0.5)
+    await (await _spawn(tmp_path / "warm", "exit 0", launcher)).cancel_unreleased()
+    stuck = launcher.pid
+    assert stuck is not None
+    os.kill(stuck, signal.SIGSTOP)
+    with pytest.raises(groups.SpawnError, match="did not answer"):
+        await _spawn(tmp_path / "a", "exit 0", launcher)
+    await _until(lambda: launcher.pid is None)
+    await _until(lambda: not os.path.exists(f"/proc/{stuck}"))  # killed and reaped
+    run = await _spawn(tmp_path / "b", "exit 2", launcher)
+    run.release()
+    assert (await run.wait(_clock)).code == 2
+
+
 # -- a full disk: the exit record is never lost, the cut's cause is the real one ----------
 
 

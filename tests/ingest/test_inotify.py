@@ -1,0 +1,109 @@
+"""inotify on the event loop, against the real kernel: what wakes whom, how deep, and
+what a vanished directory leaves."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from arenad.ingest.inotify import Inotify
+from tests.ingest._util import until
+
+
+class Told:
+    def __init__(self) -> None:
+        self.calls: list[bool] = []
+
+    def __call__(self, rescan: bool) -> None:
+        self.calls.append(rescan)
+
+
+@pytest.fixture
+async def inotify() -> AsyncIterator[Inotify]:
+    instance = Inotify()
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+def write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+async def test_new_data_is_not_a_rescan_a_new_file_is(tmp_path: Path, inotify: Inotify) -> None:
+    (tmp_path / "out").write_bytes(b"")
+    told = Told()
+    inotify.watch(str(tmp_path), 0, told)
+    write(tmp_path / "out", b"line\n")
+    await until(lambda: told.calls == [False], what="a data notification")
+    write(tmp_path / "new", b"x")
+    await until(lambda: told.calls[1:] and told.calls[-1] is True, what="a rescan notification")
+
+
+async def test_subdirectories_are_watched_to_the_depth_asked_and_no_deeper(
+    tmp_path: Path, inotify: Inotify
+) -> None:
+    root, marker = tmp_path / "root", tmp_path / "marker"
+    (root / "old").mkdir(parents=True)
+    marker.mkdir()
+    told, seen_marker = Told(), Told()
+    inotify.watch(str(root), 1, told)
+    inotify.watch(str(marker), 0, seen_marker)
+    # A directory that was there, and one made after the watch: both are one level down.
+    write(root / "old" / "w.ndjson", b"a\n")
+    await until(lambda: len(told.calls) == 1, what="the existing subdirectory")
+    (root / "workers").mkdir()
+    await until(lambda: len(told.calls) == 2, what="the new subdirectory itself")
+    write(root / "workers" / "w.ndjson", b"a\n")
+    await until(lambda: len(told.calls) >= 3, what="a file in the new subdirectory")
+    # Two levels down is not watched: the kernel's queue is ordered, so once the marker's
+    # notification arrives, one from below would have arrived too.
+    (root / "workers" / "deep").mkdir()
+    await until(lambda: len(told.calls) >= 4, what="the deep directory's creation")
+    before = len(told.calls)
+    write(root / "workers" / "deep" / "x", b"a\n")
+    write(marker / "m", b"m")
+    await until(lambda: bool(seen_marker.calls), what="the marker")
+    assert len(told.calls) == before
+
+
+async def test_two_watches_of_one_directory_are_independent(
+    tmp_path: Path, inotify: Inotify
+) -> None:
+    a, b = Told(), Told()
+    first = inotify.watch(str(tmp_path), 0, a)
+    inotify.watch(str(tmp_path), 0, b)
+    assert inotify.directories == 1
+    inotify.unwatch(first)
+    assert inotify.directories == 1
+    write(tmp_path / "f", b"x")
+    await until(lambda: bool(b.calls), what="the remaining watch")
+    assert a.calls == []
+
+
+async def test_a_deleted_directory_is_a_rescan_and_leaves_no_watch(
+    tmp_path: Path, inotify: Inotify
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    told = Told()
+    watch = inotify.watch(str(run), 0, told)
+    run.rmdir()
+    await until(lambda: inotify.directories == 0, what="the kernel's IN_IGNORED")
+    assert told.calls and told.calls[-1] is True
+    assert watch.wds == set()
+    inotify.unwatch(watch)  # nothing left to remove: no error
+
+
+async def test_a_missing_root_raises_and_watches_nothing(tmp_path: Path, inotify: Inotify) -> None:
+    with pytest.raises(FileNotFoundError):
+        inotify.watch(str(tmp_path / "absent"), 1, Told())
+    assert inotify.directories == 0
