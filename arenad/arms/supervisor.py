@@ -211,7 +211,9 @@ class SupervisorArmRunner(Arm):
         repo = self.spec.loops_repo
         commit = gitsafe.head_commit_blocking(repo)
         if not commit:
-            raise ProvenanceError(f"{repo}: git rev-parse HEAD gave no commit (not a git checkout?)")
+            raise ProvenanceError(
+                f"{repo}: git rev-parse HEAD gave no commit (not a git checkout?)"
+            )
         return ProvenanceRecorded(
             attempt=ctx.attempt,
             repo=repo,
