@@ -572,6 +572,19 @@ def view(
 
 
 @command(
+    "Write result.json and judge.json again from the log (atomically).",
+    "arenad export-artifacts c1:inst:SUP:0",
+)
+def export_artifacts(
+    cell: Annotated[
+        list[str] | None, typer.Argument(help="The cells (default: every cell).")
+    ] = None,
+) -> None:
+    for path in run(services.export_artifacts(_ctx.home, cell or [])):
+        typer.echo(path)
+
+
+@command(
     "Record an operator's judge verdict for a cell's current attempt.",
     "arenad record-verdict c1:inst:solo:0 judge.json",
 )

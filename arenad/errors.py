@@ -16,6 +16,7 @@
     ├── DaemonFatal              the daemon cannot go on; it stopped, agents keep running
     ├── MaterializeError         a workspace could not be made (.stage names the step)
     ├── SandboxError             a cell's sandbox cannot be made (no bwrap, agent hidden)
+    ├── ProvenanceError          an arm's provenance (what sits in its seat) is unknown
     ├── ProcError                a child process could not be started or ended as required
     │   ├── SpawnError           the child could not be started
     │   ├── GroupSurvivedError   a process group outlived SIGKILL

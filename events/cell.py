@@ -216,6 +216,14 @@ class SupervisorOutcome(Event, tag="cell.supervisor-outcome", frozen=True, kw_on
     delivered: bool | None
     spent_tokens: int | None
     spent_usd: float | None
+    # The journal's summary counts at run end (the seed's parseSupervisorArtifacts), so a
+    # projection need not fold the whole ingest stream; None: not recorded (an older
+    # arenad), then they are folded from the ingested journal. ``subtasks`` is also None
+    # when a label is not valid Unicode (a lone surrogate cannot be stored): folded then.
+    spawned: int | None = None
+    workers: int | None = None
+    settled: int | None = None
+    subtasks: list[str] | None = None
 
 
 class AbortRequested(Event, tag="cell.abort-requested", frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from arenad.app.artifacts import export_artifacts
     from arenad.app.campaigns import campaigns, set_budget
     from arenad.app.control import (
         RETRY_WHERE,
@@ -98,6 +99,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: ("arenad.errors", name) for name in ("ArenadError", "StoreError", "UserError")},
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
     **{name: ("arenad.ledger.service", name) for name in ("project_ledger", "record_verdict")},
+    "export_artifacts": ("arenad.app.artifacts", "export_artifacts"),
     "run_demo": ("arenad.app.demo", "run_demo"),
     "serve_daemon": ("arenad.app.executors", "serve_daemon"),
     "submit_campaign": ("arenad.app.submit", "submit_campaign"),
@@ -127,6 +129,7 @@ __all__ = [
     "campaigns_table",
     "capture_proposer_shots",
     "events",
+    "export_artifacts",
     "history",
     "history_lines",
     "init_home",

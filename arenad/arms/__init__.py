@@ -8,7 +8,15 @@ is a new module and one row here, never an edit of the base.
 
 from __future__ import annotations
 
-from arenad.arms.base import AgentCommand, Arm, ArmContext, Launch, Outcome, launch_for
+from arenad.arms.base import (
+    AgentCommand,
+    Arm,
+    ArmContext,
+    Launch,
+    Outcome,
+    ProvenanceError,
+    launch_for,
+)
 from arenad.arms.command import CommandArmRunner
 from arenad.arms.solo import SoloArmRunner
 from arenad.arms.supervisor import SupervisorArmRunner
@@ -49,6 +57,7 @@ __all__ = [
     "ArmContext",
     "Launch",
     "Outcome",
+    "ProvenanceError",
     "arm_for",
     "before_start_step",
     "launch_for",

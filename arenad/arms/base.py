@@ -31,6 +31,7 @@ import msgspec
 
 from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
+from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import usage_from_events
@@ -43,6 +44,12 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.ingest import LineIngested, LineMalformed
 from events.specs import CellSpec
+
+
+class ProvenanceError(ArenadError):
+    """What sits in the arm's seat cannot be established (the seed's armProvenance throws):
+    the cell fails before anything runs, as no paid run starts without knowing it."""
+
 
 IngestReader = Callable[[], Awaitable[Sequence[Recorded | Event]]]
 """Reads the attempt's ingest stream (only arms whose rules need it call it)."""
@@ -132,7 +139,9 @@ class Arm(abc.ABC):
         it at the cell's site, :func:`prepare_step`, which confines it)."""
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
-        """Facts recorded with ``RunStarted``, in its transaction (blocking I/O)."""
+        """Facts recorded with ``RunStarted``, in its transaction (blocking I/O); asked
+        before :meth:`prepare`. Raises :class:`ProvenanceError` when the arm's identity
+        cannot be established (the cell fails, nothing is launched)."""
         return []
 
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:

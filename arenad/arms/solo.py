@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from arenad.arms.base import AgentCommand, Arm, ArmContext, q, write_prompt
 from arenad.sandbox.confine import install_roots
+from events.base import Event
+from events.cell import ProvenanceRecorded
 from events.specs import SoloArm
 
 
@@ -18,6 +20,18 @@ class SoloArmRunner(Arm):
 
     def __init__(self, spec: SoloArm) -> None:
         self.spec = spec
+
+    def before_start(self, ctx: ArmContext) -> list[Event]:
+        """The seed's solo identity (toArmIdentity): ``{repo: "opencode", commit: "cli"}``
+        with the model as its one env knob, so the ledger's profile_commit is ``cli``."""
+        return [
+            ProvenanceRecorded(
+                attempt=ctx.attempt,
+                repo="opencode",
+                commit="cli",
+                env_knobs={"model": self.spec.model},
+            )
+        ]
 
     def prepare(self, ctx: ArmContext) -> AgentCommand:
         prompt = write_prompt(ctx, self.spec.prompt_suffix)

@@ -3,7 +3,8 @@
 prepare() writes params.json, removes ``<ws>/.loops``, and runs the configured
 driver argv (placeholders filled) with cwd = the loops checkout, the env knobs
 plus LOOPS_BRAIN_LOG exported, under the secrets wrapper when configured. The
-driver's stdout and stderr are files (driver.log / driver.err), not ingested:
+driver's stdout and stderr are files (driver.out / driver.err, joined into the seed's
+driver.log when the run ends), not ingested:
 what is ingested live is its run dir and brain.jsonl (``watch_sources``).
 
 What it does differently from a solo agent: its provenance (the loops checkout's
@@ -15,12 +16,9 @@ spend is its workers' sessions, joined on the cwds its workers reported; and its
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -31,11 +29,14 @@ from arenad.arms.base import (
     ArmContext,
     IngestReader,
     Outcome,
+    ProvenanceError,
     q,
     read_tail_step,
     stream_objects,
 )
+from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
 from arenad.arms.evidence import InfraCause, infra_cause
+from arenad.atomic import write_atomically
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
     GlobSelection,
@@ -44,6 +45,7 @@ from arenad.ingest.watcher import (
     file_source,
     first_subdirectory,
 )
+from arenad.js import js_stringify_indented
 from arenad.materialize import gitsafe
 from arenad.recovery.capture import capture_worker_sessions, spend_figures
 from arenad.recovery.opencode_spend import sup_spend
@@ -95,8 +97,13 @@ def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
     return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
 
 
+DRIVER_LOG = "driver.log"
+
+
 class SupervisorArmRunner(Arm):
-    stdout_name = "driver.log"
+    # Two files while it runs (the output cap is per file); the seed's one driver.log,
+    # stdout then stderr, is joined from them when the run ends (join_driver_log_step).
+    stdout_name = "driver.out"
     stderr_name = "driver.err"
     agent_noun = "driver"
     # result.json is written after the recovery commit, from what it recorded.
@@ -151,7 +158,8 @@ class SupervisorArmRunner(Arm):
 
     def prepare(self, ctx: ArmContext) -> AgentCommand:
         params_file = ctx.run_dir / "params.json"
-        params_file.write_text(json.dumps(self.params(ctx), indent=1, ensure_ascii=False))
+        # The seed's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
+        params_file.write_text(js_stringify_indented(self.params(ctx), 1))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
         # The brain log is the one file of the run dir the driver writes: made here, so
         # that it can be shown writable in a sandbox whose run dir is read-only.
@@ -197,11 +205,18 @@ class SupervisorArmRunner(Arm):
         return [self.provenance(ctx)]
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
-        """``git rev-parse HEAD`` of the loops checkout ('unknown' when it is not a repo)."""
-        commit = gitsafe.head_commit_blocking(self.spec.loops_repo) or "unknown"
+        """``git rev-parse HEAD`` of the loops checkout, through the hardened git (the
+        seed's armProvenance, which throws when it fails: so does this,
+        :class:`ProvenanceError`)."""
+        repo = self.spec.loops_repo
+        commit = gitsafe.head_commit_blocking(repo)
+        if not commit:
+            raise ProvenanceError(
+                f"{repo}: git rev-parse HEAD gave no commit (not a git checkout?)"
+            )
         return ProvenanceRecorded(
             attempt=ctx.attempt,
-            repo=self.spec.loops_repo,
+            repo=repo,
             commit=commit,
             env_knobs=dict(self.spec.env_knobs),
         )
@@ -209,9 +224,12 @@ class SupervisorArmRunner(Arm):
     async def end_events(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> list[Event]:
-        """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
-        summary = figures.summarize(await read_ingested())
+        """state.json's summary and the journal's counts at run end (the seed's
+        parseSupervisorArtifacts)."""
+        ingested = await read_ingested()
+        summary = figures.summarize(ingested)
         sup_dir = await site.call_blocking(supervisor_dir_step, str(ctx.workspace))
+        await site.call_blocking(join_driver_log_step, str(ctx.run_dir))
         return [
             ev.SupervisorOutcome(
                 attempt=ctx.attempt,
@@ -221,6 +239,13 @@ class SupervisorArmRunner(Arm):
                 delivered=summary.delivered,
                 spent_tokens=summary.spent_tokens,
                 spent_usd=summary.spent_usd,
+                # Nothing ingested: unknown, not 0 (the ledger's figures are null then).
+                spawned=summary.spawned if ingested else None,
+                workers=summary.workers if ingested else None,
+                settled=summary.settled if ingested else None,
+                subtasks=(
+                    summary.subtasks if ingested and figures.storable(summary.subtasks) else None
+                ),
             )
         ]
 
@@ -264,8 +289,8 @@ class SupervisorArmRunner(Arm):
     async def after_recovered(
         self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
     ) -> None:
-        doc = result_json(state, await read_ingested())
-        await site.call_blocking(write_result_json, str(ctx.run_dir / "result.json"), doc)
+        doc = result_json_bytes(state, await read_ingested())
+        await site.call_blocking(write_documents_step, str(ctx.run_dir), {RESULT_JSON: doc})
 
 
 def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
@@ -274,12 +299,22 @@ def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
     return str(found.resolve()) if found is not None else None
 
 
-def write_result_json(tools: Tools, path: str, doc: dict[str, Any]) -> None:
-    """Site step: the seed's result.json, written atomically."""
-    tmp = f"{path}.partial"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
+def join_driver_log_step(tools: Tools, run_dir: str) -> None:
+    """Site step: the seed's ``driver.log`` (``driver.stdout + driver.stderr``), written
+    atomically from the run's two output files once it ended. Idempotent (a daemon that
+    dies before the run's end is recorded joins them again, to the same bytes). A run
+    started by an arenad that wrote stdout to driver.log itself has no driver.out: left
+    as it is."""
+    root = Path(run_dir)
+    try:
+        out = (root / SupervisorArmRunner.stdout_name).read_bytes()
+    except FileNotFoundError:
+        return
+    try:
+        err = (root / SupervisorArmRunner.stderr_name).read_bytes()
+    except FileNotFoundError:
+        err = b""
+    write_atomically(root / DRIVER_LOG, out + err)
 
 
 def recovered_events(
@@ -326,42 +361,3 @@ def recovered_events(
         gap=gap,
         spend=spend,
     )
-
-
-def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:
-    """The seed's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events."""
-    summary = figures.summarize(ingested)
-    verified = state.verified
-    prov = state.provenance
-    recovered = state.recovered
-    sp = recovered.spend if recovered is not None else ev.SpendFigures()
-    return {
-        "arm": state.spec.arm.name,
-        "iid": state.spec.instance.instance_id,
-        "driver_rc": state.run_rc,
-        "wall_s": round(state.wall_s) if state.wall_s is not None else None,
-        "patch_lines": verified.patch_lines if verified else None,
-        "verify_rc": verified.verify_rc if verified else None,
-        "verify_pass": verified.verify_pass if verified else None,
-        "sup_status": summary.status,
-        "sup_verdict": summary.verdict,
-        "delivered": summary.delivered,
-        "spentTokens": summary.spent_tokens,
-        "spentUsd": summary.spent_usd,
-        "spawned": summary.spawned,
-        "workers": summary.workers,
-        "settled": summary.settled,
-        "subtasks": summary.subtasks,
-        "patchPath": verified.patch_path if verified else None,
-        "provenance": (
-            {"repo": prov.repo, "commit": prov.commit, "envKnobs": prov.env_knobs} if prov else None
-        ),
-        "recoveredSpend": {
-            "workerTokJournal": sp.worker_tok_journal,
-            "workerCwds": sp.worker_cwds,
-            "workerSessions": sp.worker_sessions,
-            "workerTokSqlite": sp.worker_tok_sqlite,
-            "workerTokIn": sp.worker_tok_in,
-            "workerTokOut": sp.worker_tok_out,
-        },
-    }

@@ -13,7 +13,9 @@ from typing import Any
 
 import msgspec
 
+from arenad.js import js_slice
 from events.base import Event, Recorded
+from events.cell import SupervisorOutcome
 from events.ingest import FileSnapshotted, LineIngested
 
 SUPERVISOR_SOURCE = "supervisor"
@@ -106,7 +108,8 @@ def summarize(items: Iterable[Event | Recorded]) -> SupervisorSummary:
             spawned += 1
             if label and label != "root":
                 workers += 1
-                subtasks.append(label[:100])
+                # The seed's label.slice(0, 100): UTF-16 code units, not code points.
+                subtasks.append(js_slice(label, 100))
         elif kind == "settled":
             settled += 1
     tokens = _num(result.get("spentTokens"))
@@ -123,6 +126,39 @@ def summarize(items: Iterable[Event | Recorded]) -> SupervisorSummary:
         settled=settled,
         subtasks=subtasks,
     )
+
+
+def recorded_counts(outcome: SupervisorOutcome | None) -> SupervisorSummary | None:
+    """The journal counts the run's end recorded (``SupervisorOutcome``), as a summary;
+    None when it recorded none (an older arenad, nothing ingested, or a label that could
+    not be stored): the caller folds the ingested journal then."""
+    if outcome is None:
+        return None
+    spawned, workers, settled = outcome.spawned, outcome.workers, outcome.settled
+    if spawned is None or workers is None or settled is None or outcome.subtasks is None:
+        return None
+    return SupervisorSummary(
+        status=outcome.status,
+        verdict=outcome.verdict,
+        delivered=outcome.delivered,
+        spent_tokens=outcome.spent_tokens,
+        spent_usd=outcome.spent_usd,
+        spawned=spawned,
+        workers=workers,
+        settled=settled,
+        subtasks=list(outcome.subtasks),
+    )
+
+
+def storable(labels: Iterable[str]) -> bool:
+    """Whether every label is valid Unicode (an event's text must be: a label the journal
+    escaped as a lone surrogate, or one the 100-unit cut split, is not)."""
+    try:
+        for label in labels:
+            label.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def worker_cwds(items: Iterable[Event | Recorded]) -> list[str]:

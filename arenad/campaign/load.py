@@ -16,7 +16,7 @@ Every error names the file and the key or row it is about.
     instance_filter = "^django__"     # optional: then only ids this regex matches (re.search)
     limit = 50                        # optional: then only the first N of what is left
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
-    excludes = [...]                  # default: the seed's test-file list
+    excludes = [...]                  # default: the seed's test-file list; [] is refused
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
     [budget]                          # optional spend cap (USD), checked by the daemon
@@ -80,6 +80,10 @@ same table):
     max_output_bytes, max_cells
     [budget] max_usd              finite, > 0
     instance_filter               a valid Python regex
+    excludes                      at least one pattern       [] would ship the tests
+    supervisor loops_repo         an existing directory      a driver that cannot start
+    shim_path, extension_path     existing files (when given is found before a paid
+                                  or in driver_cmd)          run, not during it
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 import string
 import tomllib
@@ -444,6 +449,13 @@ def check_argv_placeholders(
                 )
 
 
+def _check_exists(path: str, key: str, where: str, arm: str, *, directory: bool) -> None:
+    exists = os.path.isdir(path) if directory else os.path.isfile(path)
+    if not exists:
+        kind = "directory" if directory else "file"
+        raise CampaignError(f"{where}: arm {arm!r}: {key} {path}: no such {kind}")
+
+
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     check_path_component(arm.name, "arm name", where, MAX_ARM_NAME)
     check_seconds(arm.timeout_s, "timeout_s", where)
@@ -503,6 +515,15 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
         "{params}",
     ]
     check_argv_placeholders(driver, DRIVER_PLACEHOLDERS, where, f"arm {arm.name!r}: driver_cmd")
+    # Checked now, not when the driver fails in a paid run: the checkout (cwd and
+    # provenance), and the shim and extension when given or when the driver names them.
+    _check_exists(loops, "loops_repo", where, arm.name, directory=True)
+    for key, given, path, placeholder in (
+        ("shim_path", arm.shim_path, shim, "{shim}"),
+        ("extension_path", arm.extension_path, extension, "{extension}"),
+    ):
+        if given is not None or any(placeholder in a for a in driver):
+            _check_exists(path, key, where, arm.name, directory=False)
     return SupervisorArm(
         name=arm.name,
         worker_model=arm.worker_model,
@@ -694,6 +715,10 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         if parsed.judge
         else None
     )
+    if parsed.excludes is not None and not parsed.excludes:
+        # The seed refuses an empty list too (loadExcludes): it would put the test files
+        # the verify command brings in the patch.
+        raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
     return _Resolved(
         parsed=parsed,

@@ -42,6 +42,7 @@ from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_rea
 from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
+from arenad.daemon.documents import rewrite_missing_documents
 from arenad.daemon.lease import DaemonLease
 from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
@@ -460,6 +461,7 @@ class Daemon:
             self.executor = await stack.enter_async_context(executor)
             await asyncio.to_thread(self.templates.clear)
             stack.push_async_callback(asyncio.to_thread, self.templates.clear)
+            await rewrite_missing_documents(self.store, self.cells, self.executor, self.home)
             await self._start_proposer_capture(stack)
             self._side_task(stack, self._follow_control(start_seq), "control follower")
             if self.options.progress:

@@ -3,7 +3,7 @@
     submitted    -> materialize the workspace          -> CellMaterialized
     materialized -> launch the arm                     -> RunStarted
     running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
-    ended        -> patch + verify (+ judge)           -> CellVerified (+ JudgeVerdictRecorded)
+    ended        -> patch + verify (+ judge if scored) -> CellVerified (+ JudgeVerdictRecorded)
                     + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
 
@@ -36,7 +36,15 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from arenad.arms import Arm, ArmContext, Outcome, arm_for, before_start_step, prepare_step
+from arenad.arms import (
+    Arm,
+    ArmContext,
+    Outcome,
+    ProvenanceError,
+    arm_for,
+    before_start_step,
+    prepare_step,
+)
 from arenad.cell.machine import CellState, CellStatus, apply
 from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
@@ -323,9 +331,19 @@ class CellRunner:
         arm = self.arm
         site = await self._site(state)
         try:
+            # First: an arm whose identity is unknown launches nothing (no paid run
+            # without knowing what sat in its seat), and leaves no inputs behind.
+            async with stalls.reported(self.cell_id, "spawn"):
+                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        except ProvenanceError as exc:
+            await self._fail(state, "provenance", str(exc), retryable=False)
+            return
+        except OSError as exc:
+            await self._fail(state, "provenance", f"{type(exc).__name__}: {exc}", retryable=True)
+            return
+        try:
             async with stalls.reported(self.cell_id, "spawn"):
                 launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
-                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
         except SandboxError as exc:
             # What the campaign asks cannot be confined here: a new attempt would fail alike.
             await self._fail(state, "launch", str(exc), retryable=False)
@@ -676,7 +694,9 @@ class CellRunner:
                 nested_repos=patch.nested_repos if patch is not None else None,
             )
         ]
-        if spec.judge is not None:
+        if spec.judge is not None and outcome.scored:
+            # Only a run that counts is judged (the seed's arm throws before, otherwise): a
+            # verdict on an unscored run is no reward, its cost and time spent for nothing.
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
             judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]

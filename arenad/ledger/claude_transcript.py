@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from arenad.ledger.js import js_parse, js_stringify
+from arenad.js import js_parse, js_stringify
 from arenad.proposer.layout import claude_project_slug  # one rule for capture and join
 
 __all__ = [

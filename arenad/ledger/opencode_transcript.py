@@ -22,6 +22,11 @@ rollout-v1 §4), applied to the rows ``arenad.recovery.opencode_store`` captured
   string, ``""`` if null/absent, else its JSON. ``state.status``/``error`` are ignored.
 - other roles are skipped.
 
+A tool part whose ``tool`` is neither a string nor null (hostile or broken store) is kept
+as it is, like JS, by ``opencode_chat_messages``; a ledger line cannot carry it (the
+schema's ``function.name`` is a string), so ``ledger_transcript`` turns that session into
+a labeled gap instead of failing the whole projection.
+
 Messages are plain dicts in exactly that key order (ledger bytes are compared).
 """
 
@@ -33,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from arenad.ledger.js import js_parse, js_stringify
+from arenad.js import js_parse, js_stringify
 from arenad.ledger.rollout import CheckedChatMessages
 from events.capture import AgentSessionCaptured, MessageRow, PartRow
 
@@ -41,6 +46,7 @@ __all__ = [
     "ChatMessage",
     "OpencodeSessionInfo",
     "capture_chat_messages",
+    "ledger_transcript",
     "opencode_chat_messages",
     "opencode_session_info",
     "session_time_created",
@@ -378,4 +384,24 @@ def opencode_session_info(row: dict[str, Any]) -> OpencodeSessionInfo:
         provider_id=_model_field(model, "providerID"),
         time_created=_number(row.get("time_created")),
         time_updated=_number(row.get("time_updated")),
+    )
+
+
+def ledger_transcript(capture: AgentSessionCaptured) -> tuple[list[ChatMessage], str | None]:
+    """The session's messages for a ledger line, and None; or no messages and the gap's
+    label when a tool name is not a string (the reference would throw on it; arenad's
+    rule is that bad input becomes a labeled gap, never a failed projection)."""
+    messages = capture_chat_messages(capture)
+    if type(messages) is CheckedChatMessages:
+        return messages, None
+    bad = next(
+        call["function"]["name"]
+        for m in messages
+        for call in m.get("tool_calls", ())
+        if type(call["function"]["name"]) is not str
+    )
+    shown = js_stringify(bad)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return CheckedChatMessages(), (
+        f"opencode session {capture.session_id}: a tool part's name is {shown}, not a string"
     )

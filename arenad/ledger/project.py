@@ -37,8 +37,9 @@ the event that recorded it:
 - Supervisor figures, from the events that hold them (the reference reads them from
   result.json and the cell record): ``sup_status``/``sup_verdict``/``spent_*`` from
   ``SupervisorOutcome`` (else the recovery's figures); ``spawned``, ``workers``
-  (spawned non-root), ``settled`` and ``subtasks`` folded over the ingested journal
-  (``arenad.arms.supervisor_figures``; null when nothing was ingested for the attempt);
+  (spawned non-root), ``settled`` and ``subtasks`` as ``SupervisorOutcome`` recorded them
+  at run end, else folded over the ingested journal (``arenad.arms.supervisor_figures``;
+  null when nothing was ingested for the attempt);
   ``recovered_tokens`` = spent tokens + the workers' store tokens (null unless both are
   known); ``cost.usd`` = the episode's own receipt, the driver's ``spentUsd`` (null when
   unknown; the worker lines carry the workers' costs); ``judge_attempts`` /
@@ -59,8 +60,8 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from arenad.arms import supervisor_figures as figures
+from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
-from arenad.ledger.js import iso_ms, js_parse, js_round
 from arenad.ledger.lines import (
     Artifacts,
     Cost,
@@ -79,7 +80,7 @@ from arenad.ledger.lines import (
 )
 from arenad.ledger.opencode_transcript import (
     OpencodeSessionInfo,
-    capture_chat_messages,
+    ledger_transcript,
     opencode_session_info,
     session_time_created,
 )
@@ -377,10 +378,13 @@ def _agent_line(
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
-    messages = join_messages(capture_chat_messages(s) for s in [*roots, *children])
+    transcripts = [ledger_transcript(s) for s in [*roots, *children]]
+    # A session that cannot be a line's transcript (a hostile tool name) makes the whole
+    # line a labeled gap: a transcript with a session cut out would pass for the run's.
+    gap = next((g for _, g in transcripts if g is not None), None)
+    messages = join_messages(m for m, _ in transcripts) if gap is None else []
     root_id = roots[0].session_id if roots else None
-    gap: str | None = None
-    if not messages:
+    if not messages and gap is None:
         if a.unavailable is not None:
             gap = f"opencode store unavailable: {a.unavailable.error}"
         elif not sessions:
@@ -452,7 +456,11 @@ def _supervisor_line(
         spent_tokens = spent_tokens if spent_tokens is not None else spend.spent_tokens
         spent_usd = spent_usd if spent_usd is not None else spend.spent_usd
     worker_tokens = spend.worker_tok_sqlite if spend is not None else None
-    journal = figures.summarize(a.ingested) if a.ingested is not None else None
+    # The counts the run's end recorded, else folded over the ingested journal (older
+    # logs); null when neither is known.
+    journal = figures.recorded_counts(so) or (
+        figures.summarize(a.ingested) if a.ingested is not None else None
+    )
     judge_attempts, judge_wall_s = _judge_figures(a.verdict)
     metrics = _verified_metrics(a, "verify_pass", "patch_lines")
     metrics.update(
@@ -515,7 +523,8 @@ def _worker_line(
     session: cap.AgentSessionCaptured | None,
     gap: str | None,
 ) -> tuple[dict[str, Any], int]:
-    messages = capture_chat_messages(session) if session is not None else []
+    messages, hostile = ledger_transcript(session) if session is not None else ([], None)
+    gap = hostile if hostile is not None else gap
     info = opencode_session_info(session.row) if session is not None else None
     reward, source = _reward(a)
     key = session.session_id if session is not None else f"cwd:{cwd}"

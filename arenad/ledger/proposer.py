@@ -34,9 +34,9 @@ from typing import Any
 
 import msgspec
 
+from arenad.js import iso_ms, js_date_parse, js_parse, js_round
 from arenad.ledger.candidate import candidate_key
 from arenad.ledger.claude_transcript import ClaudeTranscript, claude_transcript
-from arenad.ledger.js import iso_ms, js_date_parse, js_parse, js_round
 from arenad.ledger.lines import (
     Artifacts,
     Cost,

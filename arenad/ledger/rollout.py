@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from arenad.errors import ArenadError
-from arenad.ledger.js import (
+from arenad.js import (
     PlainJsonList,
     iso_ms,
     js_date_parse,

@@ -11,6 +11,8 @@ because a key leaked in). Its stdout is the verdict, written to ``<run_dir>/judg
 (the reference's name), its stderr to ``<run_dir>/judge.log``. A judge that fails, times
 out or prints no verdict still gives a ``JudgeVerdictRecorded``: ``resolved`` and
 ``score`` null (no reward: a labeled gap, never 0) and a document naming what went wrong.
+A judged verdict records ``attempts`` (1) and ``wall_s``; an operator's (``parse_verdict``
+for ``record-verdict``) leaves both None, so the ledger reads its document's own.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from arenad.errors import ArenadError
 from arenad.runs.commands import run
@@ -96,7 +101,24 @@ async def run_judge(
     sandbox: CellSandbox | None = None,
 ) -> JudgeVerdictRecorded:
     """Run the campaign's judge for one attempt, confined to ``sandbox`` when given (it
-    reads the agent's workspace); always returns the event to append."""
+    reads the agent's workspace); always returns the event to append, with
+    how many times the judge ran (once: arenad does not retry it) and its wall time (the
+    reference's judgeAttempts / judgeWallS, which the ledger reads)."""
+    t0 = time.monotonic()
+    event = await _judge_once(spec, attempt, workspace, run_dir, env, sandbox)
+    # A duration, measured once and recorded: the projection never reads a clock.
+    wall_s = round(time.monotonic() - t0, 3)
+    return msgspec.structs.replace(event, attempts=1, wall_s=wall_s)
+
+
+async def _judge_once(
+    spec: JudgeSpec,
+    attempt: int,
+    workspace: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None,
+    sandbox: CellSandbox | None,
+) -> JudgeVerdictRecorded:
     out = Path(run_dir) / "judge.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     child_env = strip_provider_secrets(dict(os.environ if env is None else env))

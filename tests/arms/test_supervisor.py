@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from arenad.arms import supervisor_figures as figures
-from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.arms.documents import result_json_bytes
+from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
+from arenad.cell.machine import fold
+from arenad.js import js_stringify_indented
+from arenad.runs.executor import Tools
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -73,6 +77,9 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     assert _one(cell, ev.RunCompleted).rc == 0  # type: ignore[attr-defined]
     outcome = _one(cell, ev.SupervisorOutcome)
     assert outcome.status == "completed" and outcome.delivered is True  # type: ignore[attr-defined]
+    # The journal's counts, recorded at run end (the projection prefers them).
+    assert (outcome.spawned, outcome.workers, outcome.settled) == (3, 2, 3)  # type: ignore[attr-defined]
+    assert outcome.subtasks == ["w1", "w2"]  # type: ignore[attr-defined]
     assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
     run_dir = Path(started.stdout_path).parent  # type: ignore[attr-defined]
     sup = run_dir / "ws" / SUP_RUN
@@ -97,12 +104,16 @@ def test_completed_run_ingests_every_line_and_scores(tmp_path: Path) -> None:
     assert figures.worker_tok_journal(ingest) == 30
     recovered = _one(cell, ev.CellRecovered)
     spend = recovered.spend  # type: ignore[attr-defined]
-    assert spend.worker_cwds == clones and spend.worker_tok_journal == 30
+    assert sorted(spend.worker_cwds) == clones and spend.worker_tok_journal == 30
     result = json.loads((run_dir / "result.json").read_text())
     assert result["sup_status"] == "completed" and result["workers"] == 2
     assert result["driver_rc"] == 0 and "ws" not in result
-    params = json.loads((run_dir / "params.json").read_text())
+    params_text = (run_dir / "params.json").read_text()
+    params = json.loads(params_text)
     assert params["budget"] == 40 and params["workspaceDir"] == str(ws)
+    # JSON.stringify(params, null, 1): JS numbers, one-space indent, no trailing newline.
+    assert params_text == js_stringify_indented(params, 1)
+    assert '\n "maxUsd": 8,\n' in params_text and not params_text.endswith("\n")
 
 
 def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path: Path) -> None:
@@ -112,6 +123,9 @@ def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path:
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     err = (run_dir / "driver.err").read_text()
     assert f"{STORE_INIT_FAILED} (exit 127)" in err
+    # The seed's one driver.log: stdout then stderr, joined once the run ended.
+    out = (run_dir / "driver.out").read_bytes()
+    assert (run_dir / "driver.log").read_bytes() == out + err.encode()
     # Nothing created the store (the stand-in's workers here run no opencode): a gap.
     assert _one(cell, ev.CellRecovered).store_available is False  # type: ignore[attr-defined]
 
@@ -176,3 +190,67 @@ def test_truncated_file(tmp_path: Path) -> None:
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
     assert _one(cell, ev.CellVerified).scored is True  # type: ignore[attr-defined]
+
+
+def test_result_json_is_the_log_s_projection_and_a_restart_writes_it_again(
+    tmp_path: Path,
+) -> None:
+    home, cell, ingest = _run(tmp_path, "ok")
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    original = (run_dir / "result.json").read_bytes()
+    state = fold([(e, 0) for e in cell])
+    assert state is not None
+    assert original == result_json_bytes(state, ingest)
+    doc = json.loads(original)
+    assert doc["scored"] is True and doc["not_scored_reason"] is None
+    assert isinstance(doc["wall_s"], int)
+    # Lost (a daemon died after the recovery commit, or a user removed it): the next
+    # daemon writes the same bytes from the log.
+    (run_dir / "result.json").unlink()
+    records = daemon_until_idle(home, env_with(), tmp_path / "daemon2.err")
+    assert (run_dir / "result.json").read_bytes() == original
+    assert stream_events(records, f"cell/{CELL}") == cell  # nothing appended to the cell
+
+
+def test_an_unscored_run_s_result_json_says_so(tmp_path: Path) -> None:
+    _home, cell, _ingest = _run(tmp_path, "failed")
+    run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
+    doc = json.loads((run_dir / "result.json").read_text())
+    assert doc["scored"] is False
+    assert doc["not_scored_reason"] == "supervisor state is failed"
+
+
+def test_driver_log_joins_stdout_then_stderr_idempotently(tmp_path: Path) -> None:
+    (tmp_path / "driver.out").write_bytes(b"out 1\nout 2\n")
+    (tmp_path / "driver.err").write_bytes(b"err \xff\n")
+    join_driver_log_step(Tools(), str(tmp_path))
+    join_driver_log_step(Tools(), str(tmp_path))  # a daemon that died before the end: again
+    assert (tmp_path / "driver.log").read_bytes() == b"out 1\nout 2\nerr \xff\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.err", "driver.log", "driver.out"]
+    # A run an older arenad started wrote stdout to driver.log itself: left alone.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "driver.log").write_bytes(b"stdout only\n")
+    (old / "driver.err").write_bytes(b"err\n")
+    join_driver_log_step(Tools(), str(old))
+    assert (old / "driver.log").read_bytes() == b"stdout only\n"
+
+
+def test_an_unknown_provenance_fails_the_cell_and_launches_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    loops = tmp_path / "loops"  # a checkout that is not a git repository
+    loops.mkdir()
+    camp = supervisor_campaign(tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops)
+    submit(home, camp)
+    records = daemon_until_idle(home, env_with(FAKE_SUP_MODE="ok"), tmp_path / "daemon.err")
+    cell = stream_events(records, f"cell/{CELL}")
+    failed = _one(cell, ev.CellFailed)
+    assert failed.stage == "provenance"  # type: ignore[attr-defined]
+    assert failed.classification == "infrastructure"  # type: ignore[attr-defined]
+    assert str(loops) in failed.error and "rev-parse" in failed.error  # type: ignore[attr-defined]
+    assert not any(isinstance(e, (ev.RunStarted, ev.ProvenanceRecorded)) for e in cell)
+    run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
+    assert not (run_dir / "params.json").exists()  # not even the driver's inputs
+    assert stream_events(records, f"ingest/{CELL}/1") == []

@@ -15,6 +15,8 @@ import pytest
 
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.js import js_round, js_slice
+from arenad.ledger.project import BRAIN_GAP
 from events import cell as ev
 from events.base import Event
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
@@ -31,7 +33,7 @@ from tests.arms.support import (
     supervisor_campaign,
 )
 from tests.conftest import make_repo
-from tests.daemon.support import env_with
+from tests.daemon.support import cli, env_with
 from tests.opencode_support import RunningModel
 
 CELL = "supoc:i1:SUP:0"
@@ -244,44 +246,136 @@ def test_two_real_opencode_workers(
     result: dict[str, Any] = json.loads((run_dir / "result.json").read_text())
     wall_s = result.pop("wall_s")
     assert isinstance(wall_s, int) and wall_s >= 0
-    assert (
-        result
-        == {
-            "arm": "SUP",
-            "iid": "i1",
-            "driver_rc": 0,
-            "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
-            "verify_rc": 0,
-            "verify_pass": True,
-            "sup_status": "completed",
-            "sup_verdict": "delivered",
-            "delivered": True,
-            "spentTokens": state["result"]["spentTokens"],
-            "spentUsd": state["result"]["spentUsd"],
-            "spawned": 3,
-            "workers": 2,
-            "settled": 3,
-            "subtasks": [label[:100] for label in labels],
-            "patchPath": verified.patch_path,  # type: ignore[attr-defined]
-            "provenance": {
-                "repo": provenance.repo,  # type: ignore[attr-defined]
-                "commit": provenance.commit,  # type: ignore[attr-defined]
-                "envKnobs": provenance.env_knobs,  # type: ignore[attr-defined]
-            },
-            "recoveredSpend": {
-                "workerTokJournal": tok_in + out_only,
-                "workerCwds": cwds,
-                "workerSessions": sessions,
-                "workerTokSqlite": tok_in + tok_out,
-                "workerTokIn": tok_in,
-                "workerTokOut": tok_out,
-            },
-        }
-    )
+    assert result == {
+        "arm": "SUP",
+        "iid": "i1",
+        "driver_rc": 0,
+        "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
+        "verify_rc": 0,
+        "verify_pass": True,
+        "scored": True,  # arenad's addition: whether the run counts
+        "not_scored_reason": None,
+        "sup_status": "completed",
+        "sup_verdict": "delivered",
+        "delivered": True,
+        "spentTokens": state["result"]["spentTokens"],
+        "spentUsd": state["result"]["spentUsd"],
+        "spawned": 3,
+        "workers": 2,
+        "settled": 3,
+        "subtasks": [js_slice(label, 100) for label in labels],
+        "patchPath": verified.patch_path,  # type: ignore[attr-defined]
+        "provenance": {
+            "repo": provenance.repo,  # type: ignore[attr-defined]
+            "commit": provenance.commit,  # type: ignore[attr-defined]
+            "envKnobs": provenance.env_knobs,  # type: ignore[attr-defined]
+        },
+        "recoveredSpend": {
+            "workerTokJournal": tok_in + out_only,
+            "workerCwds": cwds,
+            "workerSessions": sessions,
+            "workerTokSqlite": tok_in + tok_out,
+            "workerTokIn": tok_in,
+            "workerTokOut": tok_out,
+        },
+    }
     assert len(provenance.commit) == 40  # type: ignore[attr-defined]
     assert started.argv  # type: ignore[attr-defined]
     params = json.loads((run_dir / "params.json").read_text())
     assert params["workerModel"] == "scripted/worker" and params["workspaceDir"] == str(ws)
+    _assert_ledger_lines(tmp_path / "home", cell, run_dir, state, labels, cwds, tok_in, tok_out)
+
+
+def _assert_ledger_lines(
+    home: Path,
+    cell: list[Event],
+    run_dir: Path,
+    state: dict[str, Any],
+    labels: list[str],
+    cwds: list[str],
+    tok_in: int,
+    tok_out: int,
+) -> None:
+    """The supervisor line and its worker lines of this real run, field by field as
+    tests/ledger/test_reference_lines.py expects them of a log built by hand (only ids,
+    paths, times and the figures of the real run differ)."""
+    out = home.parent / "ledger.jsonl"
+    done = cli(home, "project-ledger", str(out), "--campaign", "supoc")
+    assert done.returncode == 0, done.stderr
+    sup_line, *workers = [json.loads(x) for x in out.read_text().splitlines()]
+    verified = _one(cell, ev.CellVerified)
+    provenance = _one(cell, ev.ProvenanceRecorded)
+    completed = _one(cell, ev.RunCompleted)
+    commit = provenance.commit  # type: ignore[attr-defined]
+    assert sup_line["role"] == "supervisor" and sup_line["parent_rollout_id"] is None
+    assert sup_line["run_id"].startswith("arenad:") and sup_line["run_id"].endswith(":supoc")
+    assert sup_line["policy"] == {
+        "harness": "pi-loops",
+        "harness_version": None,
+        "model": "driver",
+        "provider": "scripted",
+        "profile_commit": commit,
+        "sampling": None,
+    }
+    assert sup_line["messages"] == [] and sup_line["tool_defs"] == []
+    outcome = sup_line["outcome"]
+    assert outcome["verdict"] is None  # no judge in this campaign
+    spent_tokens = state["result"]["spentTokens"]
+    metrics = {k: v for k, v in outcome["metrics"].items() if k != "resolved"}
+    assert metrics == {
+        "verify_pass": True,
+        "patch_lines": verified.patch_lines,  # type: ignore[attr-defined]
+        "judge_attempts": None,
+        "judge_wall_s": None,
+        "spent_tokens": spent_tokens,
+        "spent_usd": state["result"]["spentUsd"],
+        "recovered_tokens": spent_tokens + tok_in + tok_out,
+        "sup_status": "completed",
+        "sup_verdict": "delivered",
+        "spawned": 3,
+        "workers": 2,
+        "settled": 3,
+        "subtasks": [js_slice(label, 100) for label in labels],
+        "cached": False,
+        "scored": True,
+        "not_scored_reason": None,
+        "rc": 0,
+        "attempt": 1,
+    }
+    assert (outcome["is_completed"], outcome["is_truncated"], outcome["error"]) == (
+        True,
+        False,
+        None,
+    )
+    assert sup_line["cost"] == {
+        "usd": state["result"]["spentUsd"],  # the episode's own receipt
+        "tokens_in": None,
+        "tokens_out": None,
+        "tokens_reasoning": None,
+        "cache_read": None,
+        "cache_write": None,
+        "wall_s": js_round(completed.wall_s),  # type: ignore[attr-defined]
+    }
+    assert sup_line["artifacts"] == {
+        "patch_path": verified.patch_path,  # type: ignore[attr-defined]
+        "run_dir": str(run_dir),
+        "transcript_ref": f"{run_dir}/brain.jsonl",
+    }
+    assert sup_line["provenance"]["gap"] == BRAIN_GAP
+    # One worker line per worker cwd, in the recovered order, each a real session.
+    assert [w["outcome"]["metrics"]["worker_cwd"] for w in workers] == cwds
+    for w in workers:
+        assert w["role"] == "worker" and w["parent_rollout_id"] == sup_line["rollout_id"]
+        assert w["policy"]["harness"] == "opencode" and w["policy"]["profile_commit"] == commit
+        assert (w["policy"]["model"], w["policy"]["provider"]) == ("worker", "scripted")
+        assert w["outcome"]["metrics"]["has_session"] is True
+        # No judge: no reward to inherit (null, never a fake 0).
+        assert (w["outcome"]["reward"], w["outcome"]["reward_source"]) == (None, None)
+        calls = [c for m in w["messages"] for c in m.get("tool_calls", [])]
+        assert [c["function"]["name"] for c in calls] == ["bash"]
+        assert w["artifacts"]["transcript_ref"].startswith("opencode:ses_")
+        assert "gap" not in w["provenance"]
+    assert sum(w["cost"]["tokens_in"] for w in workers) == tok_in
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ naming what and where, and `arenad submit` appends nothing when there is one."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -158,11 +159,8 @@ def test_instances_file_rows_keep_extra_fields(tmp_path: Path) -> None:
 
 
 def test_supervisor_env_knob_names_are_checked_at_submit(tmp_path: Path) -> None:
-    text = GOOD.replace(
-        'kind = "solo"\nmodel = "p/m"',
-        'kind = "supervisor"\nworker_model = "w"\ndriver_model = "d"\n'
-        '[arms.env_knobs]\n"bad-name" = "1"',
-    )
+    _loops_checkout(tmp_path)
+    text = SUPERVISOR_ARM + '\n[arms.env_knobs]\n"bad-name" = "1"'
     with pytest.raises(CampaignError, match="env knob name 'bad-name'"):
         load_campaign(write(tmp_path, text))
     good = text.replace('"bad-name" = "1"', 'DRIVER_CANCEL_TIMEOUT_MS = "5000"')
@@ -222,7 +220,12 @@ def test_missing_campaign_file_is_a_user_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("*.toml")))
-def test_shipped_examples_validate(example: Path) -> None:
+def test_shipped_examples_validate(
+    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor example names ~/code/loops: a checkout where the seed keeps it.
+    _loops_checkout(tmp_path / "code")
+    monkeypatch.setenv("HOME", str(tmp_path))
     campaign = load_campaign(example)
     assert campaign.cells
 
@@ -470,6 +473,81 @@ def test_a_filter_that_matches_nothing_exits_2(tmp_path: Path) -> None:
     )
     assert len(result.stderr.strip().splitlines()) == 1
     assert arenad(home, "events", "--json").stdout == ""
+
+
+def test_an_empty_excludes_list_is_refused_in_one_line(tmp_path: Path) -> None:
+    # The seed's loadExcludes throws on an empty list: the test files would be in the patch.
+    path = write(tmp_path, GOOD.replace('name = "c1"', 'name = "c1"\nexcludes = []'))
+    with pytest.raises(CampaignError) as err:
+        load_campaign(path)
+    assert str(err.value) == f"{path}: excludes must name at least one pattern"
+    home = tmp_path / "home"
+    assert arenad(home, "init").returncode == 0
+    out = arenad(home, "submit", str(path))
+    assert out.returncode == 2
+    assert out.stderr == f"arenad: {path}: excludes must name at least one pattern\n"
+    assert arenad(home, "events", "--json").stdout == ""  # nothing appended
+    one = GOOD.replace('name = "c1"', 'name = "c1"\nexcludes = ["tests/**"]')
+    assert load_campaign(write(tmp_path, one)).cells[0].excludes == ["tests/**"]
+
+
+SUPERVISOR_ARM = GOOD.replace(
+    'kind = "solo"\nmodel = "p/m"',
+    'kind = "supervisor"\nworker_model = "w"\ndriver_model = "d"\nloops_repo = "./loops"',
+)
+
+
+def _loops_checkout(tmp_path: Path) -> Path:
+    loops = tmp_path / "loops"
+    for rel in ("scripts/run-supervisor.mjs", "extensions/pi/loops.ts"):
+        (loops / rel).parent.mkdir(parents=True, exist_ok=True)
+        (loops / rel).write_text("")
+    return loops
+
+
+@pytest.mark.parametrize(
+    ("remove", "extra", "message"),
+    [
+        ("", "", None),
+        (".", "", "loops_repo {loops}: no such directory"),
+        (
+            "scripts/run-supervisor.mjs",
+            "",
+            "shim_path {loops}/scripts/run-supervisor.mjs: no such file",
+        ),
+        (
+            "extensions/pi/loops.ts",
+            "",
+            "extension_path {loops}/extensions/pi/loops.ts: no such file",
+        ),
+        # Given explicitly: checked even when the driver command does not name it.
+        (
+            "",
+            'shim_path = "./nope.mjs"\ndriver_cmd = ["true"]',
+            "shim_path {tmp}/nope.mjs: no such file",
+        ),
+        # Defaulted and not named by the driver: not needed, not checked.
+        ("scripts/run-supervisor.mjs", 'driver_cmd = ["node", "{extension}"]', None),
+    ],
+)
+def test_the_supervisor_s_paths_are_checked_at_submit(
+    tmp_path: Path, remove: str, extra: str, message: str | None
+) -> None:
+    loops = _loops_checkout(tmp_path)
+    if remove == ".":
+        shutil.rmtree(loops)
+    elif remove:
+        (loops / remove).unlink()
+    text = SUPERVISOR_ARM + extra + "\n"
+    path = write(tmp_path, text)
+    if message is None:
+        arm = load_campaign(path).cells[0].arm
+        assert isinstance(arm, SupervisorArm) and arm.loops_repo == str(loops)
+        return
+    expected = f"{path}: arms[0]: arm 'SOLO': " + message.format(loops=loops, tmp=tmp_path)
+    with pytest.raises(CampaignError) as err:
+        load_campaign(path)
+    assert str(err.value) == expected
 
 
 def test_the_sandbox_is_on_by_default_and_none_is_an_explicit_opt_out(tmp_path: Path) -> None:

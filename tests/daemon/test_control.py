@@ -7,6 +7,8 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
+
 from arenad import app
 from arenad.daemon.daemon import DaemonOptions
 from arenad.home import Home
@@ -67,29 +69,37 @@ async def test_abort_running_cell(tmp_path: Path) -> None:
     assert "test abort" in aborted[0].reason
 
 
-async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", ["verify", "judge"])
+async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path, step: str) -> None:
     home = tmp_path / "home"
-    # Verify is confined to the cell: its marker is in the workspace.
-    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/ws/verifying"
+    # Verify and the judge are confined to the cell: the marker is in the workspace.
+    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/ws/started"
+    hold = "touch started; exec sleep 600"
+    verdict = json.dumps(json.dumps({"resolved": True}))
     camp = _campaign(
         tmp_path,
         argv=["bash", "-c", "echo b >> a.txt"],
-        verify_cmd="touch verifying; exec sleep 600",
-        extra=f"[judge]\ncommand = {json.dumps('exec sleep 600')}",
+        verify_cmd=hold if step == "verify" else "true",
+        extra=f"[judge]\ncommand = {json.dumps(hold if step == 'judge' else f'echo {verdict}')}",
     )
     await init_and_submit(home, camp)
     async with running_daemon(home, DaemonOptions(until_idle=True)) as daemon:
-        await daemon.wait_for(marker.exists, "verify to start")
+        await daemon.wait_for(marker.exists, f"{step} to start")
         await app.abort_cell(Home(home), CELL, "enough")
         assert await daemon.stopped(timeout_s=30) == 0
         events = await daemon.events(CELL)
     verified = next(e for e in events if isinstance(e, ev.CellVerified))
-    assert verified.verify_rc == 130 and verified.verify_pass is False
-    assert verified.scored is False and "verify aborted: enough" in (
-        verified.not_scored_reason or ""
-    )
-    judged = next(e for e in events if isinstance(e, ev.JudgeVerdictRecorded))
-    assert judged.resolved is None and "judge aborted" in judged.verdict_json
+    judged = [e for e in events if isinstance(e, ev.JudgeVerdictRecorded)]
+    if step == "verify":
+        assert verified.verify_rc == 130 and verified.verify_pass is False
+        assert verified.scored is False and "verify aborted: enough" in (
+            verified.not_scored_reason or ""
+        )
+        assert judged == []  # an attempt that does not count is not judged
+    else:
+        assert verified.verify_pass is True and verified.scored is True
+        (verdict_event,) = judged
+        assert verdict_event.resolved is None and "judge aborted" in verdict_event.verdict_json
     assert isinstance(events[-1], ev.CellRecovered)
 
 

@@ -166,6 +166,7 @@ def test_two_instances_solo_real_opencode(
         assert [type(e).__name__ for e in events] == [
             "CellSubmitted",
             "CellMaterialized",
+            "ProvenanceRecorded",
             "RunStarted",
             "RunCompleted",
             "CellVerified",
@@ -173,15 +174,19 @@ def test_two_instances_solo_real_opencode(
             "VerifyLogCaptured",
             "CellRecovered",
         ], events
-        materialized, verified, recovered = events[1], events[4], events[7]
+        materialized, verified, recovered = events[1], events[5], events[8]
         assert isinstance(materialized, ev.CellMaterialized)
         assert isinstance(verified, ev.CellVerified) and isinstance(recovered, ev.CellRecovered)
-        assert events[3].rc == 0
+        # The seed's solo identity (toArmIdentity), recorded with the start.
+        assert events[2] == ev.ProvenanceRecorded(
+            attempt=1, repo="opencode", commit="cli", env_knobs={"model": "scripted/fixer"}
+        )
+        assert events[4].rc == 0
         assert verified.scored and verified.verify_pass and verified.verify_rc == 0
         assert verified.patch_path is not None and verified.verify_log is not None
         assert Path(verified.patch_path).read_text() == _expected_diff(file, src, old, new)
         # What verify saw is in the log too, so it outlives the run dir.
-        patch, verify_log = events[5], events[6]
+        patch, verify_log = events[6], events[7]
         assert isinstance(patch, ev.PatchCaptured) and isinstance(verify_log, ev.VerifyLogCaptured)
         assert patch.patch.text == _expected_diff(file, src, old, new)
         assert patch.patch.sha256 == verified.patch_sha256
@@ -250,6 +255,7 @@ def test_two_instances_solo_real_opencode(
     assert cell_kinds == [
         "cell.submitted",
         "cell.materialized",
+        "cell.provenance",
         "run.started",
         "run.completed",
         "cell.verified",

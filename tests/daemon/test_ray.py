@@ -419,6 +419,7 @@ def test_a_solo_cell_runs_the_real_opencode_on_a_node(
     assert [type(e).__name__ for e in events] == [
         "CellSubmitted",
         "CellMaterialized",
+        "ProvenanceRecorded",
         "RunStarted",
         "RunCompleted",
         "CellVerified",
@@ -426,7 +427,7 @@ def test_a_solo_cell_runs_the_real_opencode_on_a_node(
         "VerifyLogCaptured",
         "CellRecovered",
     ], events
-    started, verified, recovered = events[2], events[4], events[-1]
+    started, verified, recovered = events[3], events[5], events[-1]
     assert isinstance(started, ev.RunStarted) and started.executor == "ray"
     assert isinstance(verified, ev.CellVerified) and verified.verify_pass and verified.scored
     assert verified.patch_path is not None

@@ -3,12 +3,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from arenad.js import js_stringify
 from arenad.ledger.claude_transcript import (
     ClaudeUsage,
     claude_project_slug,
     claude_transcript,
 )
-from arenad.ledger.js import js_stringify
 
 
 def jsonl(*entries: Any) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from arenad.ledger.js import js_stringify
+from arenad.js import js_stringify
 from arenad.ledger.opencode_transcript import (
     capture_chat_messages,
     opencode_chat_messages,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from arenad.js import js_date_parse
 from arenad.ledger.candidate import campaign_candidate
 from arenad.ledger.claude_transcript import claude_transcript
-from arenad.ledger.js import js_date_parse
 from arenad.ledger.lines import new_stats
 from arenad.ledger.proposer import (
     CapturedTranscript,

@@ -16,8 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
+
 from arenad.campaign import load_campaign
-from arenad.ledger.js import iso_ms, js_stringify
+from arenad.js import iso_ms, js_stringify
 from arenad.ledger.project import BRAIN_GAP, cell_resolution
 from arenad.ledger.rollout import rollout_id, validate_rollout_line
 from arenad.ledger.service import home_id, project_store
@@ -87,7 +90,7 @@ def _session(
     )
 
 
-def _run(run_dir: str, *, end: Event) -> list[Event]:
+def _run(run_dir: str, *, end: Event, provenance: Sequence[Event] = ()) -> list[Event]:
     return [
         ev.CellMaterialized(
             attempt=1,
@@ -97,6 +100,7 @@ def _run(run_dir: str, *, end: Event) -> list[Event]:
             clean=True,
             materializer="git",
         ),
+        *provenance,
         ev.RunStarted(
             attempt=1,
             argv=["x"],
@@ -167,6 +171,11 @@ def _clock_after(db: Path) -> Callable[[], int]:
     return _CLOCKS.setdefault(db, _clock())
 
 
+_SOLO_PROVENANCE = ev.ProvenanceRecorded(
+    attempt=1, repo="opencode", commit="cli", env_knobs={"model": "local/scripted"}
+)
+
+
 def solo_cell(
     campaign: str = CAMPAIGN, *, scored: bool = True, rep: int = 0
 ) -> list[tuple[str, list[Event]]]:
@@ -182,7 +191,8 @@ def solo_cell(
             f"cell/{spec.cell_id}",
             [
                 ev.CellSubmitted(spec=spec),
-                *_run(rd, end=end),
+                # The solo arm's identity, recorded with its start (SoloArmRunner).
+                *_run(rd, end=end, provenance=[_SOLO_PROVENANCE]),
                 _verified(rd, scored=scored),
                 ev.JudgeVerdictRecorded(
                     attempt=1,
@@ -217,8 +227,10 @@ def solo_cell(
 
 
 def supervisor_cell(
-    campaign: str = CAMPAIGN, *, ingested: bool = True
+    campaign: str = CAMPAIGN, *, ingested: bool = True, counts: bool = False
 ) -> list[tuple[str, list[Event]]]:
+    """``counts``: the SupervisorOutcome carries the journal's counts (as arenad records
+    them at run end since phase 2); else only the ingested journal has them."""
     spec = make_spec(campaign=campaign, instance_id="astropy-7", arm="SUP", supervisor=True)
     rd = f"/h/campaigns/{campaign}/rep-0/attempt-1/runs/astropy-7/SUP"
     journal = _journal(
@@ -256,6 +268,16 @@ def supervisor_cell(
                     delivered=True,
                     spent_tokens=5000,
                     spent_usd=1.5,
+                    **(
+                        {
+                            "spawned": 3,
+                            "workers": 2,
+                            "settled": 2,
+                            "subtasks": ["fix the parser", "add a test"],
+                        }
+                        if counts
+                        else {}
+                    ),
                 ),
                 _verified(rd),
                 ev.JudgeVerdictRecorded(
@@ -374,14 +396,14 @@ def test_the_solo_line_field_by_field(tmp_path: Path) -> None:
                 "seed": None,
                 "rep": 0,
             },
-            # splitModelRef(model) at the first "/"; no provenance recorded for a solo arm
-            # yet (a runner change, see notes/ledger-phase2.md): profile_commit null.
+            # splitModelRef(model) at the first "/"; profile_commit = the solo identity's
+            # provenance commit (toArmIdentity: "cli").
             "policy": {
                 "harness": "opencode",
                 "harness_version": None,
                 "model": "scripted",
                 "provider": "local",
-                "profile_commit": None,
+                "profile_commit": "cli",
                 "sampling": None,
             },
             # readOpencodeSessionMessages of the captured session.
@@ -620,6 +642,66 @@ def test_supervisor_figures_are_null_when_nothing_was_ingested(tmp_path: Path) -
     metrics = sup["outcome"]["metrics"]
     assert [metrics[k] for k in ("spawned", "workers", "settled", "subtasks")] == [None] * 4
     assert metrics["recovered_tokens"] == 8000 and sup["cost"]["usd"] == 1.5
+
+
+def test_the_journal_counts_recorded_at_run_end_are_preferred(tmp_path: Path) -> None:
+    folded = tmp_path / "folded"
+    folded.mkdir()
+    log = Log(folded / "events.db")
+    log.add(*supervisor_cell())
+    expected = json.loads(_project_lines(log.db, folded / "ledger.jsonl")[0])
+    # Recorded on the SupervisorOutcome, with no journal ingested: the same figures.
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    log = Log(recorded / "events.db")
+    log.add(*supervisor_cell(ingested=False, counts=True))
+    sup = json.loads(_project_lines(log.db, recorded / "ledger.jsonl")[0])
+    keys = ("spawned", "workers", "settled", "subtasks")
+    metrics = sup["outcome"]["metrics"]
+    assert [metrics[k] for k in keys] == [expected["outcome"]["metrics"][k] for k in keys]
+    assert [metrics[k] for k in keys] == [3, 2, 2, ["fix the parser", "add a test"]]
+
+
+def _with_tool_named(session: cap.AgentSessionCaptured, name: object) -> cap.AgentSessionCaptured:
+    """The session with one more assistant message: a tool call named ``name``."""
+    mid = f"msg_{session.session_id}_tool"
+    message = cap.MessageRow(id=mid, time_created=T0 + 99, data=json.dumps({"role": "assistant"}))
+    part = {"type": "tool", "callID": "c1", "tool": name, "state": {"output": "ok"}}
+    return msgspec.structs.replace(
+        session,
+        messages=[*session.messages, message],
+        parts=[*session.parts, cap.PartRow(id=f"prt_{mid}", message_id=mid, data=json.dumps(part))],
+    )
+
+
+@pytest.mark.parametrize("name", [42, {"x": [1]}, True])
+def test_a_hostile_tool_name_makes_a_labeled_gap_not_a_failed_projection(
+    tmp_path: Path, name: object
+) -> None:
+    requests = solo_cell()
+    (cell_stream_name, cell_events), (capture_stream_name, [session]) = requests
+    log = Log(tmp_path / "events.db")
+    log.add(
+        (cell_stream_name, cell_events),
+        (capture_stream_name, [_with_tool_named(session, name)]),
+        *supervisor_cell(),
+    )
+    lines = [json.loads(x) for x in _project_lines(log.db, tmp_path / "ledger.jsonl")]
+    solo = next(x for x in lines if x["role"] == "agent")
+    shown = json.dumps(name, separators=(",", ":"))
+    assert solo["messages"] == []
+    assert solo["provenance"]["gap"] == (
+        f"opencode session ses_solo: a tool part's name is {shown}, not a string"
+    )
+    assert solo["outcome"]["metrics"]["sessions"] == 1  # the session was captured
+    # The other cells' lines are as ever, and a plain string name is no gap.
+    assert [x["role"] for x in lines] == ["agent", "supervisor", "worker", "worker"]
+    log2 = Log(tmp_path / "plain.db")
+    log2.add(
+        (cell_stream_name, cell_events), (capture_stream_name, [_with_tool_named(session, "bash")])
+    )
+    (plain,) = [json.loads(x) for x in _project_lines(log2.db, tmp_path / "plain.jsonl")]
+    assert "gap" not in plain["provenance"] and plain["messages"][-1]["name"] == "bash"
 
 
 def test_a_supervisor_cell_with_no_worker_cwd_has_no_phantom_worker_line(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ def test_parse_reads_resolved_score_and_judge_and_keeps_the_text() -> None:
     assert event.verdict_json == text and event.source == "command"
     named = parse_verdict('{"resolved": null, "score": 1, "judge": "op"}', attempt=1)
     assert (named.judge, named.resolved, named.score) == ("op", None, 1.0)
+    # An operator's verdict: no run was timed here (the ledger reads the document's own).
+    assert (named.attempts, named.wall_s) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,9 @@ async def test_the_judge_runs_in_the_workspace_without_provider_secrets(tmp_path
     )
     assert (event.attempt, event.judge, event.resolved, event.score) == (2, "official", True, 1.0)
     assert event.source == "command"
+    # The reference's judgeAttempts / judgeWallS: it ran once, for a measured time.
+    assert event.attempts == 1
+    assert event.wall_s is not None and 0 <= event.wall_s < 60
     assert json.loads(event.verdict_json)["key"] == ""
     assert (run_dir / "judge.json").read_text() == event.verdict_json
     assert (run_dir / "judge.log").read_text() == f"judging {ws}\n"
@@ -79,3 +84,4 @@ async def test_a_failed_judge_is_a_verdict_without_a_reward(
     assert (event.resolved, event.score, event.judge) == (None, None, "official")
     doc = json.loads(event.verdict_json)
     assert doc["error"].startswith(error)
+    assert event.attempts == 1 and event.wall_s is not None  # it ran, and took that long

@@ -1,4 +1,5 @@
-"""The few JavaScript behaviours a ledger must reproduce byte for byte. Pure: no I/O.
+"""The few JavaScript behaviours the ledger and the run-dir documents (result.json,
+params.json) must reproduce byte for byte. Pure: no I/O.
 
 JSON: ``js_stringify`` / ``js_parse``. Numbers: ``js_number`` (``String(x)``),
 ``js_round`` (``Math.round``). Time: ``iso_ms`` (``toISOString``), ``js_date_parse``
@@ -39,6 +40,7 @@ __all__ = [
     "js_number",
     "js_parse",
     "js_round",
+    "js_slice",
     "js_string",
     "js_stringify",
     "js_stringify_bytes",
@@ -402,6 +404,18 @@ def js_parse(text: str) -> Any:
         return _DECODER.decode(text)
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
+
+
+def js_slice(s: str, end: int) -> str:
+    """``s.slice(0, end)``: the first ``end`` UTF-16 code units, as JS counts a string's
+    length. A cut through a surrogate pair keeps its high half (a lone surrogate, which
+    ``js_stringify`` escapes as JS does); Python's ``s[:end]`` counts code points."""
+    if end <= 0:
+        return ""
+    if len(s) * 2 <= end:  # no code point is more than two units: all of it fits
+        return s
+    units = s.encode("utf-16-le", "surrogatepass")
+    return units[: 2 * end].decode("utf-16-le", "surrogatepass")
 
 
 def js_round(x: float) -> int:

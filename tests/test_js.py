@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.ledger.js import (
+from arenad.js import (
     MAX_TIME_MS,
     _js_stringify_python,
     iso_ms,
@@ -18,6 +18,7 @@ from arenad.ledger.js import (
     js_number,
     js_parse,
     js_round,
+    js_slice,
     js_stringify,
     js_stringify_bytes,
     js_stringify_indented,
@@ -418,3 +419,13 @@ def test_date_parse_agrees_with_node_on_iso_strings() -> None:
         env={"TZ": "UTC", "PATH": "/usr/bin:/bin"},
     ).stdout
     assert [js_date_parse(s) for s in samples] == json.loads(out)
+
+
+def test_js_slice_counts_utf16_code_units() -> None:
+    assert js_slice("abc", 100) == "abc"
+    assert js_slice("é" * 150, 100) == "é" * 100  # BMP: one unit each
+    assert js_slice("😀" * 60, 100) == "😀" * 50  # astral: two units each
+    # A cut through a surrogate pair keeps the high half, as "a".repeat(99) + "😀" does.
+    assert js_slice("a" * 99 + "😀", 100) == "a" * 99 + "\ud83d"
+    assert js_stringify([js_slice("a" * 99 + "😀", 100)]) == '["' + "a" * 99 + '\\ud83d"]'
+    assert js_slice("abc", 0) == ""
