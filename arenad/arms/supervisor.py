@@ -161,6 +161,8 @@ class SupervisorArmRunner(Arm):
         # The seed's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
         params_file.write_text(js_stringify_indented(self.params(ctx), 1))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
+        # Where newer drivers keep the same state: a rerun must not read the last one's.
+        shutil.rmtree(ctx.workspace / ".agent" / "supervisor", ignore_errors=True)
         # The brain log is the one file of the run dir the driver writes: made here, so
         # that it can be shown writable in a sandbox whose run dir is read-only.
         brain = ctx.run_dir / "brain.jsonl"

@@ -163,9 +163,12 @@ def cell_env(
             "OPENCODE_DB": paths.opencode_db,
             "SWE_ARENA_OPENCODE_AUTH_FILE": ambient_auth_file(base_env, fallback_home),
             "PYTHONUSERBASE": paths.python_user_base,
-            **OPENCODE_OFFLINE_FLAGS,
         }
     )
+    # Defaults only: a value the user exported (even "0") wins, as in the reference,
+    # which sets neither flag.
+    for name, value in OPENCODE_OFFLINE_FLAGS.items():
+        env.setdefault(name, value)
     for name in REMOVED_VARS:
         env.pop(name, None)
     return env

@@ -60,10 +60,13 @@ def wrap_bash(secrets: SecretsSpec | None, script: str) -> WrappedCommand:
     """argv and cwd that run ``script`` under the secrets wrapper.
 
     With secrets: ``[*wrapper, -f f1, -f f2, --, bash, -c, AUTH_BOOTSTRAP + "\\n" + script]``,
-    cwd = the secrets dir (env files resolve relative to it). Without: ``[bash, -c, script]``.
+    cwd = the secrets dir (env files resolve relative to it). Without:
+    ``[bash, -c, AUTH_BOOTSTRAP + "\\n" + script]``: the reference always prepends the
+    bootstrap, so a user's ``opencode auth`` login reaches the agent without ``[secrets]``
+    too (its content is read by this bash, outside the sandbox; arenad never reads it).
     """
     if secrets is None:
-        return WrappedCommand(argv=["bash", "-c", script], cwd=None)
+        return WrappedCommand(argv=["bash", "-c", f"{AUTH_BOOTSTRAP}\n{script}"], cwd=None)
     argv = list(secrets.wrapper)
     for name in secrets.env_files:
         argv += ["-f", name]

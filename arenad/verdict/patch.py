@@ -43,7 +43,14 @@ from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
 from events.cell import TextExcerpt
 
 GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
-LOOPS_EXCLUDES: tuple[str, ...] = (":(exclude,glob).loops/**", ":(exclude,glob)**/.loops/**")
+# The supervisor's own state: the reference excludes ``.loops``; newer writers keep it in
+# ``.agent`` (readers try ``.agent`` then ``.loops``), which is no more the agent's patch.
+LOOPS_EXCLUDES: tuple[str, ...] = (
+    ":(exclude,glob).loops/**",
+    ":(exclude,glob)**/.loops/**",
+    ":(exclude,glob).agent/**",
+    ":(exclude,glob)**/.agent/**",
+)
 # The seed's diff, made independent of any driver or submodule config.
 DIFF_FLAGS: tuple[str, ...] = (
     "--no-ext-diff",

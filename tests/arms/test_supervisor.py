@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from arenad.arms import ArmContext, arm_for
 from arenad.arms import supervisor_figures as figures
 from arenad.arms.documents import result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
+from arenad.campaign import load_campaign
 from arenad.cell.machine import fold
 from arenad.js import js_stringify_indented
 from arenad.runs.executor import Tools
@@ -254,3 +256,24 @@ def test_an_unknown_provenance_fails_the_cell_and_launches_nothing(tmp_path: Pat
     run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]
     assert not (run_dir / "params.json").exists()  # not even the driver's inputs
     assert stream_events(records, f"ingest/{CELL}/1") == []
+
+
+def test_prepare_removes_the_last_run_s_supervisor_state(tmp_path: Path) -> None:
+    # The reference removes <ws>/.loops before a run; newer drivers keep the same state in
+    # <ws>/.agent/supervisor: a rerun in the same workspace must read neither.
+    repo, loops = tmp_path / "repo", tmp_path / "loops"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    make_repo(loops, {"README": "loops\n"})
+    camp = supervisor_campaign(tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops)
+    spec = load_campaign(camp).cells[0]
+    run_dir, ws = tmp_path / "run", tmp_path / "run" / "ws"
+    for stale in (".loops/supervisor/old/state.json", ".agent/supervisor/old/state.json"):
+        (ws / stale).parent.mkdir(parents=True, exist_ok=True)
+        (ws / stale).write_text("{}")
+    (ws / ".agent" / "notes.md").write_text("the agent's own")
+    ctx = ArmContext(
+        spec=spec, cell_id=spec.cell_id, attempt=1, run_dir=run_dir, workspace=ws, env={}
+    )
+    arm_for(spec.arm).prepare(ctx)
+    assert not (ws / ".loops").exists() and not (ws / ".agent" / "supervisor").exists()
+    assert (ws / ".agent" / "notes.md").read_text() == "the agent's own"

@@ -68,8 +68,11 @@ def test_env_points_into_the_run_dir(tmp_path: Path) -> None:
     assert env["OPENCODE_CONFIG_DIR"] == str(run / "xdg" / "config" / "opencode")
     assert env["OPENCODE_CONFIG"] == cell.paths.opencode_config
     assert env["OPENCODE_DB"] == cell.opencode_db
-    for name, value in OPENCODE_OFFLINE_FLAGS.items():
-        assert env[name] == value
+    # The offline flags are defaults: the user's "0" is kept, the other is set.
+    assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "0"
+    assert (
+        env["OPENCODE_DISABLE_AUTOUPDATE"] == OPENCODE_OFFLINE_FLAGS["OPENCODE_DISABLE_AUTOUPDATE"]
+    )
     for name in REMOVED_VARS:
         assert name not in env
     assert env["PATH"] == base["PATH"] and env["LANG"] == "C.UTF-8"

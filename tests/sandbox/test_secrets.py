@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import msgspec
@@ -41,9 +43,20 @@ def test_wrapped_argv_shape() -> None:
     assert custom.argv[:5] == ["/opt/w", "exec", "-f", "a", "--"]
 
 
-def test_no_secrets_is_plain_bash() -> None:
+def test_no_secrets_is_bash_with_the_auth_bootstrap() -> None:
+    # The reference prepends the bootstrap whatever the secrets: a user's `opencode auth`
+    # login reaches the agent without a [secrets] table too.
     cmd = wrap_bash(None, "echo hi")
-    assert cmd.argv == ["bash", "-c", "echo hi"] and cmd.cwd is None
+    assert cmd.argv == ["bash", "-c", f"{AUTH_BOOTSTRAP}\necho hi"] and cmd.cwd is None
+
+
+def test_without_secrets_the_bootstrap_exports_the_auth_file_s_content(tmp_path: Path) -> None:
+    auth = tmp_path / "auth.json"
+    auth.write_text('{"p": {"type": "api"}}')
+    cmd = wrap_bash(None, 'printf %s "$OPENCODE_AUTH_CONTENT"')
+    env = {"PATH": os.environ["PATH"], "SWE_ARENA_OPENCODE_AUTH_FILE": str(auth)}
+    out = subprocess.run(cmd.argv, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout == auth.read_text()
 
 
 def test_auth_bootstrap_text_is_the_seeds() -> None:

@@ -33,6 +33,8 @@ EXCLUDED = [
     "pkg/conftest.py",
     ".loops/supervisor/state.json",
     "pkg/.loops/x.json",
+    ".agent/supervisor/s1/state.json",
+    "pkg/.agent/x.json",
 ]
 
 
@@ -114,6 +116,8 @@ def test_diff_args_are_the_seeds_made_inert() -> None:
         ":(exclude)already",
         ":(exclude,glob).loops/**",
         ":(exclude,glob)**/.loops/**",
+        ":(exclude,glob).agent/**",
+        ":(exclude,glob)**/.agent/**",
     ]
 
 
