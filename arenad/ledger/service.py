@@ -71,6 +71,8 @@ __all__ = [
 # Cells read per query: one round trip per batch instead of two per cell, while memory
 # stays bounded by a batch (two, with the one read ahead), whatever the log's size.
 READ_BATCH_CELLS = 32
+# Bytes of lines written to the ledger file per system call.
+_WRITE_BUFFER = 1 << 20
 
 
 def default_run_id(home_id: str, campaign: str | None = None) -> str:
@@ -142,7 +144,9 @@ class _LedgerFile:
         self.target = path
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self.out = os.fdopen(fd, "wb")
+        # A line (a whole transcript) is usually longer than the default 8 KiB buffer,
+        # which would write it, and then its newline, by a system call each.
+        self.out = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         self.count = 0
 
     def write(self, line: Mapping[str, Any]) -> None:
