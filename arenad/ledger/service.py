@@ -30,6 +30,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from arenad.cell.machine import next_status
 from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
@@ -69,6 +71,8 @@ __all__ = [
 # Cells read per query: one round trip per batch instead of two per cell, while memory
 # stays bounded by a batch (two, with the one read ahead), whatever the log's size.
 READ_BATCH_CELLS = 32
+# Bytes of lines written to the ledger file per system call.
+_WRITE_BUFFER = 1 << 20
 
 
 def default_run_id(home_id: str, campaign: str | None = None) -> str:
@@ -140,7 +144,9 @@ class _LedgerFile:
         self.target = path
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self.out = os.fdopen(fd, "wb")
+        # A line (a whole transcript) is usually longer than the default 8 KiB buffer,
+        # which would write it, and then its newline, by a system call each.
+        self.out = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         self.count = 0
 
     def write(self, line: Mapping[str, Any]) -> None:
@@ -202,22 +208,38 @@ def _attempts(records: Iterable[Recorded]) -> list[int]:
     return sorted(found)
 
 
-async def _read_cells(store: EventStore, cell_ids: Sequence[str]) -> dict[str, list[Recorded]]:
+class _Batch(msgspec.Struct):
+    # The records of each cell of the batch (its cell and capture streams).
+    records: dict[str, list[Recorded]]
+    # The ingest streams of its supervisor cells that have events (the others are not
+    # read: an empty stream is a round trip for nothing).
+    ingested: set[str]
+
+
+async def _read_cells(store: EventStore, cell_ids: Sequence[str]) -> _Batch:
     """The records of a batch of cells (their cell and capture streams), by cell.
 
-    The cell streams (small events) in one query, then each capture stream of the
-    attempts they name on its own, all asked at once: a capture stream is read in its
-    index order, where a query over several streams in log order would have SQLite sort
-    (copy) every big capture. No stream list of the whole log is kept: memory stays that
-    of a batch."""
-    by_cell: dict[str, list[Recorded]] = {c: [] for c in cell_ids}
-    for rec in await store.read_streams([cell_stream(c) for c in cell_ids]):
-        by_cell[cell_of(rec.stream)].append(rec)
+    Two round trips, each in the (stream, version) index's order (``read_stream_groups``):
+    the cell streams (small events), then the capture streams of the attempts they name,
+    asked with which of the supervisor cells' ingest streams exist. No query per stream
+    (each a thread hop and a future), no sort of the big captures into log order, and no
+    stream list of the whole log: memory stays that of a batch."""
+    groups = await store.read_stream_groups([cell_stream(c) for c in cell_ids])
+    by_cell = {c: list(groups[cell_stream(c)]) for c in cell_ids}
     capture_streams = [(c, capture_stream(c, n)) for c in cell_ids for n in _attempts(by_cell[c])]
-    captured = await asyncio.gather(*(store.read_stream(s) for _, s in capture_streams))
-    for (c, _), records in zip(capture_streams, captured, strict=True):
-        by_cell[c].extend(records)
-    return by_cell
+    ingest_streams = [
+        ingest_stream(c, n)
+        for c in cell_ids
+        if _is_supervisor_cell(by_cell[c])
+        for n in _attempts(by_cell[c])
+    ]
+    captured, ingested = await asyncio.gather(
+        store.read_stream_groups([s for _, s in capture_streams]),
+        store.stream_versions(ingest_streams),
+    )
+    for c, s in capture_streams:
+        by_cell[c].extend(captured[s])
+    return _Batch(by_cell, set(ingested))
 
 
 def _is_supervisor_cell(records: Sequence[Recorded]) -> bool:
@@ -269,7 +291,8 @@ async def project_store(
             ahead = asyncio.ensure_future(_read_cells(store, batches[0])) if batches else None
             for i, batch in enumerate(batches):
                 assert ahead is not None
-                records = await ahead
+                read = await ahead
+                records = read.records
                 ahead = (
                     asyncio.ensure_future(_read_cells(store, batches[i + 1]))
                     if i + 1 < len(batches)
@@ -281,7 +304,9 @@ async def project_store(
                         # A supervisor's figures are folded over its ingested journal: read
                         # for this cell alone (a long run ingests many lines).
                         for n in _attempts(cell_records):
-                            cell_records.extend(await store.read_stream(ingest_stream(cid, n)))
+                            stream = ingest_stream(cid, n)
+                            if stream in read.ingested:
+                                cell_records.extend(await store.read_stream(stream))
                     c = _campaign_of(cid)
                     rid = run_id or run_ids.setdefault(c, default_run_id(home, c))
                     lines, resolution = cell_projection(cid, cell_records, rid, stats)

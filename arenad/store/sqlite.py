@@ -680,6 +680,30 @@ class SqliteEventStore(EventStore):
         out.sort(key=lambda r: r.seq)
         return out
 
+    async def read_stream_groups(self, streams: Sequence[str]) -> dict[str, list[Recorded]]:
+        """One query per ``_CHUNK`` streams, ``ORDER BY stream, version``: the (stream,
+        version) index's own order, so SQLite walks it with no sorter (a query in log
+        order would copy every row, big captures included, into a temporary b-tree)."""
+        groups: dict[str, list[Recorded]] = {stream: [] for stream in streams}
+        names = list(groups)
+        for i in range(0, len(names), _CHUNK):
+            chunk = names[i : i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = await self._reader.execute_fetchall(
+                f"{_SELECT} WHERE stream IN ({marks}) ORDER BY stream, version", chunk
+            )
+            current = ""
+            group: list[Recorded] = []
+            for recorded in _decode_rows(rows):
+                if recorded.stream != current:
+                    current = recorded.stream
+                    group = groups[current]
+                group.append(recorded)
+        return groups
+
+    async def stream_versions(self, streams: Sequence[str]) -> dict[str, int]:
+        return await self._current_versions(self._reader, set(streams))
+
     async def stream_version(self, stream: str) -> int:
         rows = await self._reader.execute_fetchall(
             "SELECT MAX(version) FROM events WHERE stream = ?", (stream,)

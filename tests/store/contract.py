@@ -103,6 +103,24 @@ class EventStoreContract(abc.ABC):
         assert await store.read_stream("s/a", after_version=5) == []
         assert await store.read_stream("s/missing") == []
 
+    async def test_read_stream_groups_each_stream_in_version_order(self, store: EventStore) -> None:
+        await store.append("s/b", 0, lines(100, 102))
+        await store.append("s/a", 0, lines(0, 3))
+        await store.append("s/b", 2, lines(102, 103))
+        await store.append("s/a", 3, lines(3, 5))
+        groups = await store.read_stream_groups(["s/b", "s/missing", "s/a", "s/b"])
+        # Every stream asked is a key, in the order asked, duplicates once.
+        assert list(groups) == ["s/b", "s/missing", "s/a"]
+        assert groups == {s: await store.read_stream(s) for s in ("s/b", "s/missing", "s/a")}
+        assert [r.version for r in groups["s/a"]] == [1, 2, 3, 4, 5]
+        assert await store.read_stream_groups([]) == {}
+
+    async def test_stream_versions_names_the_streams_with_events(self, store: EventStore) -> None:
+        await store.append("s/a", 0, lines(0, 3))
+        await store.append("s/b", 0, lines(3, 4))
+        assert await store.stream_versions(["s/b", "s/missing", "s/a"]) == {"s/a": 3, "s/b": 1}
+        assert await store.stream_versions([]) == {}
+
     async def test_read_all_in_global_order_across_streams(self, store: EventStore) -> None:
         await store.append("s/a", 0, lines(0, 2))
         await store.append("s/b", 0, lines(2, 4))
