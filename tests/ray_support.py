@@ -91,10 +91,11 @@ class RayTestCluster:
         env.pop("RAY_AUTH_TOKEN", None)
         return env
 
-    def add_node(self, **resources: float) -> Any:
+    def add_node(self, *, slots: int = SLOTS, **resources: float) -> Any:
+        offered = {"arenad_slot": float(slots), **resources} if slots else dict(resources)
         node = self.cluster.add_node(
             num_cpus=0,
-            resources={"arenad_slot": SLOTS, **resources},
+            resources=offered,
             object_store_memory=OBJECT_STORE_BYTES,
         )
         self.cluster.wait_for_nodes()
@@ -207,9 +208,10 @@ SPARE = "arenad_spare"
 
 @pytest.fixture
 def spare_node(ray_cluster: RayTestCluster) -> Iterator[Any]:
-    """A fresh worker node the test may remove (or freeze and thaw); it alone offers
-    ``{SPARE: 1}``, so a cell that asks for it runs there."""
-    node = ray_cluster.add_node(**{SPARE: 1})
+    """A fresh worker node the test may remove (or freeze and thaw); it offers only
+    ``{SPARE: 1}``, so only a cell that asks for it runs there: a later test's cell is
+    never placed on it while the GCS has not yet seen it die."""
+    node = ray_cluster.add_node(slots=0, **{SPARE: 1})
     yield node
     if node in ray_cluster.cluster.worker_nodes:
         ray_cluster.snapshot()
