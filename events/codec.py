@@ -44,6 +44,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ingest.LineOversized,
     ingest.FileTruncated,
     ingest.FileSnapshotted,
+    ingest.FileRefused,
     ingest.IngestionClosed,
     capture.AgentSessionCaptured,
     capture.AgentStoreUnavailable,

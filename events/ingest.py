@@ -80,6 +80,15 @@ class FileSnapshotted(Event, tag="ingest.snapshot", frozen=True, kw_only=True):
     size: int
 
 
+class FileRefused(Event, tag="ingest.refused", frozen=True, kw_only=True):
+    """A selected path the daemon will not read, recorded once: it leads outside the
+    directory its source is confined to (a symbolic link the agent made, say)."""
+
+    source: str
+    path: str
+    reason: str
+
+
 class IngestionClosed(Event, tag="ingest.closed", frozen=True, kw_only=True):
     """The run ended and every watched file was drained to its end."""
 

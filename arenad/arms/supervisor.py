@@ -94,7 +94,9 @@ def supervisor_run_dir(workspace: Path) -> RootResolver:
 
 def supervisor_source(workspace: Path, name: str = "supervisor") -> WatchSource:
     """The supervisor run dir under ``workspace``, discovered when it appears."""
-    return WatchSource(name, supervisor_run_dir(workspace), supervisor_selection())
+    return WatchSource(
+        name, supervisor_run_dir(workspace), supervisor_selection(), confine=workspace
+    )
 
 
 DRIVER_LOG = "driver.log"

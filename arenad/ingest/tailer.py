@@ -61,14 +61,22 @@ from arenad.ingest.lines import (
 )
 from arenad.ingest.offsets import START, IngestPosition
 from events.base import Event
-from events.ingest import FileSnapshotted, FileTruncated, LineMalformed, LineOversized
+from events.ingest import (
+    FileRefused,
+    FileSnapshotted,
+    FileTruncated,
+    LineMalformed,
+    LineOversized,
+)
 
 Mode = Literal["lines", "snapshot"]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 """Bytes read per ``pread`` (1 MiB)."""
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+# Non-blocking: opening a FIFO an agent put where a file was expected must not wait for a
+# writer (it is then refused as not a regular file); reads of regular files never block.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _GONE = (FileNotFoundError, NotADirectoryError)
 
 
@@ -85,7 +93,11 @@ class FileTailer:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         max_line: int = MAX_LINE_BYTES,
+        confine: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``confine``: the directory the file must really be inside, symbolic links
+        resolved (None: not checked); a file that leads elsewhere is never read, and its
+        refusal is returned once as a FileRefused event."""
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         self.source = source
@@ -99,6 +111,9 @@ class FileTailer:
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None
         self._splitter = LineSplitter(source, path, self._committed.offset, max_line=max_line)
+        self._confine = None if confine is None else os.path.realpath(confine)
+        # Whether the refusal was returned (pending) and is in the log (committed).
+        self._refused = self._refused_committed = False
 
     # -- state -------------------------------------------------------------------
 
@@ -115,11 +130,13 @@ class FileTailer:
     def commit(self) -> None:
         """The events returned since the last commit are durable."""
         self._committed = self._pending
+        self._refused_committed = self._refused
 
     def rollback(self) -> None:
         """Forget everything read since the last commit; the next poll re-reads it."""
         self._close_fd()
         self._pending = self._committed
+        self._refused = self._refused_committed
         self._last = self._committed.last_line
         self._splitter.reset(self._committed.offset)
 
@@ -209,9 +226,8 @@ class FileTailer:
 
     def _open(self, events: list[Event]) -> bool:
         """Open the path; check the pending position against it (maybe truncating)."""
-        try:
-            fd = os.open(self.file, _OPEN_FLAGS)
-        except _GONE:
+        fd = self._open_confined(events)
+        if fd is None:
             return False
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -273,12 +289,50 @@ class FileTailer:
             self._fd = None
             self._ident = None
 
-    def _poll_snapshot(self, *, final: bool) -> tuple[list[Event], int]:
+    def _open_confined(self, events: list[Event]) -> int | None:
+        """A descriptor of the file, or None: not there, or outside the confinement
+        (checked before opening, and on what was opened: a link swapped in between)."""
+        if not self._inside(os.path.realpath(self.file)):
+            self._refuse(events)
+            return None
         try:
-            with open(self.file, "rb") as f:
+            fd = os.open(self.file, _OPEN_FLAGS)
+        except _GONE:
+            return None
+        try:
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            opened = None
+        if opened is not None and not self._inside(opened):
+            os.close(fd)
+            self._refuse(events)
+            return None
+        return fd
+
+    def _inside(self, real: str) -> bool:
+        top = self._confine
+        return top is None or real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+    def _refuse(self, events: list[Event]) -> None:
+        """Record the refusal once (again after a rollback dropped it)."""
+        if not self._refused:
+            self._refused = True
+            reason = f"leads outside {self._confine} (a symbolic link?): not read"
+            events.append(FileRefused(source=self.source, path=self.path, reason=reason))
+        return None
+
+    def _poll_snapshot(self, *, final: bool) -> tuple[list[Event], int]:
+        refused: list[Event] = []
+        fd = self._open_confined(refused)
+        if fd is None:
+            return refused, 0
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return [], 0
+            with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
-        except (*_GONE, IsADirectoryError):
-            return [], 0
+        finally:
+            os.close(fd)
         sha = hashlib.sha256(data).hexdigest()
         if sha == self._pending.sha256:
             return [], 0

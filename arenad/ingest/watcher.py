@@ -209,6 +209,9 @@ class WatchSource:
     name: str
     root: Path | RootResolver
     selection: GlobSelection
+    # Every file read must really be inside this directory, symbolic links resolved (the
+    # agent writes below it: a link it made to a host file is refused, with FileRefused).
+    confine: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name:
@@ -226,7 +229,7 @@ def file_source(name: str, file: Path, mode: Mode = "lines") -> WatchSource:
         selection = GlobSelection(snapshots=(glob_escape(file.name),))
     else:
         selection = GlobSelection(lines=(glob_escape(file.name),))
-    return WatchSource(name, file.parent, selection)
+    return WatchSource(name, file.parent, selection, confine=file.parent)
 
 
 def glob_escape(name: str) -> str:
@@ -546,6 +549,7 @@ class RunDirWatcher(LiveLoop):
                         self._initial.files.get(key),
                         chunk_size=self._chunk_size,
                         max_line=self._max_line,
+                        confine=root.source.confine,
                     )
                     self._tailers[key] = tailer
                     self._order.append(tailer)

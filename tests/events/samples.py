@@ -196,6 +196,11 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         sha256="ef" * 32,
         size=20,
     ),
+    ingest.FileRefused: lambda a: ingest.FileRefused(
+        source="supervisor",
+        path="workers/w1.ndjson",
+        reason="leads outside /h/run/ws (a symbolic link?): not read",
+    ),
     ingest.IngestionClosed: lambda a: ingest.IngestionClosed(files={"stdout.jsonl": 47}),
     capture.AgentSessionCaptured: lambda a: capture.AgentSessionCaptured(
         attempt=a,

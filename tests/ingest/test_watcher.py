@@ -20,6 +20,7 @@ from arenad.ingest.watcher import (
     file_source,
 )
 from events.ingest import (
+    FileRefused,
     FileSnapshotted,
     FileTruncated,
     IngestionClosed,
@@ -438,3 +439,36 @@ async def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) ->
         await until(lambda: len(sink.lines("out.jsonl")) == 3, timeout=10, what="inotify")
     finally:
         await watcher.close()
+
+
+async def test_links_out_of_the_workspace_are_refused_once_and_never_read(tmp_path: Path) -> None:
+    # The supervisor's run dir is in the agent's workspace: a link it makes to a host file
+    # (a journal, a worker file, state.json, or the workers dir itself) must not make the
+    # daemon, which runs outside the sandbox, copy that file into the log.
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    run = ws / ".loops" / "supervisor" / "s1"
+    run.mkdir(parents=True)
+    (host / "workers").mkdir(parents=True)
+    secret = host / "id_rsa"
+    secret.write_bytes(b'{"secret": 1}\n')
+    (host / "workers" / "w9.ndjson").write_bytes(b'{"secret": 2}\n')
+    (run / "journal.jsonl").symlink_to(secret)
+    (run / "state.json").symlink_to(secret)
+    (run / "workers").symlink_to(host / "workers")
+    # A link that stays inside the workspace is read like the file it names.
+    (ws / "progress.real").write_bytes(_line("tick", 0))
+    (run / "progress.ndjson").symlink_to(ws / "progress.real")
+    sink = Recorder()
+    watcher = RunDirWatcher([supervisor_source(ws)], sink, rescan_interval=0.05)
+    await watcher.start()
+    await until(lambda: len(sink.lines("progress.ndjson")) == 1, what="the inside link's line")
+    await asyncio.sleep(0.3)  # several rescans: the refusals are not repeated
+    await watcher.close()
+    refused = [e for e in sink.events if isinstance(e, FileRefused)]
+    assert sorted(e.path for e in refused) == ["journal.jsonl", "state.json", "workers/w9.ndjson"]
+    assert all(str(ws) in e.reason for e in refused)
+    assert not [e for e in sink.events if isinstance(e, FileSnapshotted)]
+    assert not any("secret" in getattr(e, "raw", "") for e in sink.events)
+    assert not [
+        e for e in sink.events if isinstance(e, LineIngested) and e.path != "progress.ndjson"
+    ]
