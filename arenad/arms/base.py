@@ -192,7 +192,13 @@ class Arm(abc.ABC):
             usage = usage_from_events(await read_ingested())
         db_path = cell_paths(ctx.run_dir).opencode_db
         return await site.call_blocking(
-            recover_tree, db_path, ctx.cell_id, ctx.attempt, self.capture_purpose, usage
+            recover_tree,
+            db_path,
+            ctx.cell_id,
+            ctx.attempt,
+            self.capture_purpose,
+            usage,
+            str(ctx.run_dir),
         )
 
     async def after_recovered(

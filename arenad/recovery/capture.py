@@ -52,9 +52,11 @@ def recover_tree(
     attempt: int,
     purpose: Literal["solo", "command"],
     usage: ev.SoloUsage | None,
+    confine: str | None = None,
 ) -> tuple[list[AppendRequest], ev.CellRecovered]:
     """The whole session tree of the cell's private store, and the CellRecovered summing
-    it (a solo or command arm: its store holds only this cell's sessions)."""
+    it (a solo or command arm: its store holds only this cell's sessions); ``confine``:
+    the run dir the store must really be inside."""
     stream = capture_stream(cell_id, attempt)
     path = Path(db_path)
     if not path.exists():
@@ -62,7 +64,7 @@ def recover_tree(
             db_path, "the cell's opencode store does not exist"
         )
     else:
-        captured = capture_session_tree(path, None, attempt, purpose)
+        captured = capture_session_tree(path, None, attempt, purpose, confine)
     if isinstance(captured, StoreUnavailable):
         return [AppendRequest(stream, 0, [captured.event(attempt)])], ev.CellRecovered(
             attempt=attempt,
@@ -82,11 +84,11 @@ def recover_tree(
 
 
 def capture_worker_sessions(
-    tools: Tools, db_path: str, cwds: list[str], attempt: int
+    tools: Tools, db_path: str, cwds: list[str], attempt: int, confine: str | None = None
 ) -> tuple[list[AgentSessionCaptured], list[str]] | StoreUnavailable:
     """The sessions whose directory is one of ``cwds`` (the seed's recoverSupSpend join),
     and the cwds no session matched; or the store's gap."""
     path = Path(db_path)
     if not path.exists():
         return StoreUnavailable(db_path, "the cell's opencode store does not exist")
-    return capture_sessions_by_directory(path, cwds, attempt)
+    return capture_sessions_by_directory(path, cwds, attempt, confine)

@@ -103,8 +103,17 @@ _SQLITE_READONLY = 8
 _SQLITE_CANTOPEN = 14
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    """A probed read-only connection, or ``_Unavailable`` with the reason."""
+def _open(path: Path, confine: str | os.PathLike[str] | None = None) -> sqlite3.Connection:
+    """A probed read-only connection, or ``_Unavailable`` with the reason. ``confine``: the
+    directory the store (and its -wal and -shm) must really be inside, symbolic links
+    resolved: it lives where the agent writes, and a link to another cell's store or a
+    host file must not be read as this cell's."""
+    if confine is not None:
+        top = os.path.realpath(confine)
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            real = os.path.realpath(part)
+            if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+                raise _Unavailable(f"{part} leads outside {top} (a symbolic link?): not read")
     if not path.exists():
         raise _Unavailable(f"no such file: {path}")
     if not path.is_file():
@@ -132,8 +141,10 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def _snapshot(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    conn = _open(Path(db_path))
+def _snapshot(
+    db_path: str | os.PathLike[str], confine: str | os.PathLike[str] | None = None
+) -> Iterator[sqlite3.Connection]:
+    conn = _open(Path(db_path), confine)
     try:
         conn.execute("BEGIN")
         try:
@@ -244,15 +255,16 @@ def capture_session_tree(
     root_session_ids: Sequence[str] | None,
     attempt: int,
     purpose: Purpose = "solo",
+    confine: str | os.PathLike[str] | None = None,
 ) -> list[AgentSessionCaptured] | StoreUnavailable:
     """Capture sessions in full: every session when ``root_session_ids`` is ``None``
     (a cell's store is private: every row is the cell's), else those roots and all
     their descendants (``parent_id`` recursion). Ordered by (time_created, id).
-    Unknown root ids are simply absent from the result.
+    Unknown root ids are simply absent from the result. ``confine``: see :func:`_open`.
     """
     store_path = os.fspath(db_path)
     try:
-        with _snapshot(db_path) as conn:
+        with _snapshot(db_path, confine) as conn:
             rows = _session_rows(conn)
             if root_session_ids is not None:
                 wanted = _descendants(rows, root_session_ids)
@@ -266,6 +278,7 @@ def capture_sessions_by_directory(
     db_path: str | os.PathLike[str],
     cwds: Iterable[str],
     attempt: int,
+    confine: str | os.PathLike[str] | None = None,
 ) -> tuple[list[AgentSessionCaptured], list[str]] | StoreUnavailable:
     """Capture the supervisor workers' sessions (purpose ``"worker"``).
 
@@ -274,11 +287,12 @@ def capture_sessions_by_directory(
     recursion, whatever their directory), each captured once, in (time_created, id)
     order within the cwd's group; groups follow the cwd order. Returns the captures
     and the cwds with no session (the caller records ``WorkerCwdUnmatched``).
+    ``confine``: see :func:`_open`.
     """
     store_path = os.fspath(db_path)
     ordered = list(dict.fromkeys(cwds))
     try:
-        with _snapshot(db_path) as conn:
+        with _snapshot(db_path, confine) as conn:
             rows = _session_rows(conn)
             taken: set[object] = set()
             captures: list[AgentSessionCaptured] = []

@@ -487,3 +487,28 @@ def test_a_relative_path_is_read(store: StoreWriter, monkeypatch: pytest.MonkeyP
     relative = Path(store.path.parent.name) / store.path.name
     caps = _captures(capture_session_tree(relative, None, 1))
     assert [c.session_id for c in caps] == ["s"] and caps[0].store_path == str(relative)
+
+
+def test_a_store_that_links_out_of_the_run_dir_is_a_gap_not_read(
+    store: StoreWriter, tmp_path: Path
+) -> None:
+    # The store lives where the agent writes: a link from the cell's store to another
+    # cell's (hidden from it by the sandbox, not from the daemon) must not be read as its.
+    _one_turn(store, "ses_other", "/work/other", 1_000)
+    run = tmp_path / "run"
+    (run / "xdg").mkdir(parents=True)
+    linked = run / "xdg" / "opencode.db"
+    linked.symlink_to(store.path)
+    result = capture_session_tree(linked, None, 1, confine=run)
+    assert isinstance(result, StoreUnavailable), result
+    assert "leads outside" in result.error and "ses_other" not in result.error
+    worker = capture_sessions_by_directory(linked, ["/work/other"], 1, confine=run)
+    assert isinstance(worker, StoreUnavailable)
+    # A -wal beside a real store that links elsewhere is refused the same way.
+    (run / "xdg" / "real.db").write_bytes(store.path.read_bytes())
+    (run / "xdg" / "real.db-wal").symlink_to(store.path.with_name(store.path.name + "-wal"))
+    assert isinstance(
+        capture_session_tree(run / "xdg" / "real.db", None, 1, confine=run), StoreUnavailable
+    )
+    # Inside the run dir, the same store is read.
+    assert _captures(capture_session_tree(store.path, None, 1, confine=tmp_path))
