@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterable, AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
@@ -53,12 +53,9 @@ from arenad.store.chain import (
 )
 from arenad.store.faults import FaultPlan
 from arenad.store.migrations import Migration, apply_migrations
+from arenad.store.rows import StoredRow, decode_rows
 from events.base import Event, Recorded
 from events.codec import (
-    CURRENT_SHAPE,
-    UnknownEventError,
-    decode_current_payload,
-    decode_event,
     encode_event,
     event_tag_of_type,
 )
@@ -129,36 +126,6 @@ async def _project(
     """Hand a projector its streams' events of a batch (it is not called for none)."""
     if batch:
         await projector.apply(db, batch)
-
-
-def _decode_rows(rows: Iterable[Any]) -> list[Recorded]:
-    """Rows of ``_SELECT`` to Recorded: the hot loop of every replay.
-
-    Measured per ~370-byte event on the build machine: ~1.3 µs for SQLite to hand
-    over the row, ~0.8 µs for msgspec to decode the payload, ~0.3 µs for the rest of
-    this loop. ``decode_event`` upcasts older rows and names a row it cannot read.
-    """
-    out: list[Recorded] = []
-    append = out.append
-    shape_of = CURRENT_SHAPE.get
-    decode = decode_current_payload
-    for seq, stream, version, tag, schema_version, recorded_at_ms, payload in rows:
-        # Inlined fast path (a function call per row is a tenth of a replay): a row at
-        # this arenad's schema version whose payload is of its tag's class.
-        shape = shape_of(tag)
-        try:
-            if (
-                shape is None
-                or shape[0] != schema_version
-                or type(event := decode(payload)) is not shape[1]
-            ):
-                event = decode_event(payload, tag, schema_version)
-        except (UnknownEventError, msgspec.DecodeError) as exc:
-            raise StoreError(
-                f"event #{seq} ({tag!r} v{schema_version}) on {stream!r} cannot be read: {exc}"
-            ) from exc
-        append(Recorded(seq, stream, version, tag, schema_version, recorded_at_ms, event))
-    return out
 
 
 _TypeMeta = tuple[str, int, bytes, "msgspec.json.Decoder[Any]"]
@@ -628,7 +595,7 @@ class SqliteEventStore(EventStore):
             f"{_SELECT} WHERE stream = ? AND version > ? ORDER BY version",
             (stream, after_version),
         )
-        return _decode_rows(rows)
+        return decode_rows(rows)
 
     async def read_all(
         self,
@@ -658,7 +625,7 @@ class SqliteEventStore(EventStore):
         position = after_seq
         while True:
             rows = await self._reader.execute_fetchall(sql, (position, *(wanted or ()), batch_size))
-            batch = _decode_rows(rows)
+            batch = decode_rows(rows)
             del rows
             if not batch:
                 return
@@ -676,15 +643,19 @@ class SqliteEventStore(EventStore):
             rows = await self._reader.execute_fetchall(
                 f"{_SELECT} WHERE stream IN ({marks}) ORDER BY seq", chunk
             )
-            out.extend(_decode_rows(rows))
+            out.extend(decode_rows(rows))
         out.sort(key=lambda r: r.seq)
         return out
 
     async def read_stream_groups(self, streams: Sequence[str]) -> dict[str, list[Recorded]]:
+        groups = await self.read_stream_rows(streams)
+        return {stream: decode_rows(rows) for stream, rows in groups.items()}
+
+    async def read_stream_rows(self, streams: Sequence[str]) -> dict[str, list[StoredRow]]:
         """One query per ``_CHUNK`` streams, ``ORDER BY stream, version``: the (stream,
         version) index's own order, so SQLite walks it with no sorter (a query in log
         order would copy every row, big captures included, into a temporary b-tree)."""
-        groups: dict[str, list[Recorded]] = {stream: [] for stream in streams}
+        groups: dict[str, list[StoredRow]] = {stream: [] for stream in streams}
         names = list(groups)
         for i in range(0, len(names), _CHUNK):
             chunk = names[i : i + _CHUNK]
@@ -693,12 +664,13 @@ class SqliteEventStore(EventStore):
                 f"{_SELECT} WHERE stream IN ({marks}) ORDER BY stream, version", chunk
             )
             current = ""
-            group: list[Recorded] = []
-            for recorded in _decode_rows(rows):
-                if recorded.stream != current:
-                    current = recorded.stream
+            group: list[StoredRow] = []
+            row: Any
+            for row in rows:
+                if row[1] != current:
+                    current = row[1]
                     group = groups[current]
-                group.append(recorded)
+                group.append(row)
         return groups
 
     async def stream_versions(self, streams: Sequence[str]) -> dict[str, int]:
@@ -802,7 +774,7 @@ class SqliteEventStore(EventStore):
                     rows = await self._db.execute_fetchall(
                         f"{_SELECT} WHERE seq > ? ORDER BY seq LIMIT ?", (position, batch_size)
                     )
-                    batch = _decode_rows(rows)
+                    batch = decode_rows(rows)
                     if not batch:
                         break
                     for projector in self._projectors:

@@ -16,6 +16,7 @@ import pytest
 
 from arenad.errors import ConcurrencyError, StoreError
 from arenad.store.base import AppendRequest, EventStore
+from arenad.store.rows import decode_rows
 from events.base import Event, Recorded
 from events.cell import CellPaused, RunCompleted
 from events.control import MaxParallelChanged
@@ -114,6 +115,16 @@ class EventStoreContract(abc.ABC):
         assert groups == {s: await store.read_stream(s) for s in ("s/b", "s/missing", "s/a")}
         assert [r.version for r in groups["s/a"]] == [1, 2, 3, 4, 5]
         assert await store.read_stream_groups([]) == {}
+
+    async def test_read_stream_rows_are_the_groups_not_yet_decoded(self, store: EventStore) -> None:
+        await store.append("s/b", 0, lines(100, 102))
+        await store.append("s/a", 0, lines(0, 3))
+        rows = await store.read_stream_rows(["s/b", "s/missing", "s/a", "s/b"])
+        assert list(rows) == ["s/b", "s/missing", "s/a"]
+        assert all(type(row[6]) is bytes for group in rows.values() for row in group)
+        groups = await store.read_stream_groups(["s/b", "s/missing", "s/a"])
+        assert {s: decode_rows(group) for s, group in rows.items()} == groups
+        assert await store.read_stream_rows([]) == {}
 
     async def test_stream_versions_names_the_streams_with_events(self, store: EventStore) -> None:
         await store.append("s/a", 0, lines(0, 3))
