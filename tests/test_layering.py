@@ -9,6 +9,7 @@ import; a rule that governs no module fails too, so a moved package cannot make 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,7 +228,12 @@ def test_the_store_knows_nothing_of_cells() -> None:
 
 # The cell's pure half: its machine and its retry policy. Its writer appends through the
 # EventStore interface (arenad.store.base) and nothing more concrete.
-CELL_PURE = ("arenad.cell.machine", "arenad.cell.retry", "arenad.cell.overdue")
+CELL_PURE = (
+    "arenad.cell.machine",
+    "arenad.cell.retry",
+    "arenad.cell.overdue",
+    "arenad.cell.supervisor_figures",
+)
 
 
 def test_the_cell_machine_knows_nothing_of_sql() -> None:
@@ -319,6 +325,19 @@ def test_the_ledger_has_its_io_edge_and_pure_modules() -> None:
 @pytest.mark.parametrize("module", ledger_params())
 def test_the_ledger_projection_is_pure_outside_its_io_edge(module: str) -> None:
     assert violations((module,), IMPURE) == []
+
+
+def test_the_ledger_projection_loads_none_of_the_runtime() -> None:
+    # Importing a module runs its package's __init__ first: a pure fold kept in a package
+    # of I/O (arenad.arms registers every arm) made the projection load the daemon's
+    # machinery, watchdog and the store with it (0.3 s at every start, and in every
+    # worker process of a projection). The rule is checked on what Python really loads.
+    code = "import sys, arenad.ledger.project; print(*sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    runtime = ("arenad.arms", "arenad.runs", "arenad.ingest", "arenad.daemon", "arenad.store")
+    io = ("watchdog", "aiosqlite", "sqlite3", "asyncio", "subprocess")
+    loaded = [m for m in done.stdout.split() if within(m, (*runtime, *io))]
+    assert loaded == []
 
 
 def test_the_ledger_does_not_reach_into_the_daemon() -> None:

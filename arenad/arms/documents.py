@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from arenad.arms import supervisor_figures as figures
 from arenad.atomic import write_atomically
+from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import CellState, CellStatus
 from arenad.js import js_round, js_stringify_indented
 from arenad.runs.executor import Tools

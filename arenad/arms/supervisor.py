@@ -22,7 +22,6 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.arms import supervisor_figures as figures
 from arenad.arms.base import (
     AgentCommand,
     Arm,
@@ -37,6 +36,7 @@ from arenad.arms.base import (
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
 from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.atomic import write_atomically
+from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import CellState
 from arenad.ingest.watcher import (
     GlobSelection,

@@ -38,7 +38,7 @@ the event that recorded it:
   result.json and the cell record): ``sup_status``/``sup_verdict``/``spent_*`` from
   ``SupervisorOutcome`` (else the recovery's figures); ``spawned``, ``workers``
   (spawned non-root), ``settled`` and ``subtasks`` as ``SupervisorOutcome`` recorded them
-  at run end, else folded over the ingested journal (``arenad.arms.supervisor_figures``;
+  at run end, else folded over the ingested journal (``arenad.cell.supervisor_figures``;
   null when nothing was ingested for the attempt);
   ``recovered_tokens`` = spent tokens + the workers' store tokens (null unless both are
   known); ``cost.usd`` = the episode's own receipt, the driver's ``spentUsd`` (null when
@@ -59,7 +59,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from arenad.arms import supervisor_figures as figures
+from arenad.cell import supervisor_figures as figures
 from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
 from arenad.ledger.lines import (
@@ -200,7 +200,10 @@ def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _A
     attempts: dict[int, _Attempt] = {}
 
     def at(n: int) -> _Attempt:
-        return attempts.setdefault(n, _Attempt())
+        a = attempts.get(n)
+        if a is None:
+            a = attempts[n] = _Attempt()
+        return a
 
     for rec in sorted(records, key=_BY_SEQ):
         e = rec.event

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from arenad.arms import ArmContext, arm_for
-from arenad.arms import supervisor_figures as figures
 from arenad.arms.documents import result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
 from arenad.campaign import load_campaign
+from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import fold
 from arenad.js import js_stringify_indented
 from arenad.runs.executor import Tools

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from arenad.arms import supervisor_figures as figures
 from arenad.arms.supervisor import STORE_INIT_FAILED
+from arenad.cell import supervisor_figures as figures
 from arenad.js import js_round, js_slice
 from arenad.ledger.project import BRAIN_GAP
 from events import cell as ev

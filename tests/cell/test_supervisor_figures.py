@@ -7,7 +7,7 @@ import json
 
 import msgspec
 
-from arenad.arms import supervisor_figures as figures
+from arenad.cell import supervisor_figures as figures
 from events import cell as ev
 from events.base import Event
 from events.ingest import LineIngested
