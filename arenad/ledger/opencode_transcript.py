@@ -151,27 +151,30 @@ def _arguments(state: _ToolState | None) -> str:
     return js_stringify(value)
 
 
+def _joined(texts: list[str]) -> str:
+    return texts[0] if len(texts) == 1 else "\n".join(texts)
+
+
 def _emit_step(
     reasoning: list[str], texts: list[str], tools: list[_Part], out: list[ChatMessage]
 ) -> bool:
     """One step's assistant message, then its tool results; nothing for an empty step.
     False when a tool name is not a str (the transcript cannot be vouched for)."""
-    text = texts[0] if len(texts) == 1 else "\n".join(texts)
-    joined_reasoning = reasoning[0] if len(reasoning) == 1 else "\n".join(reasoning)
+    text = _joined(texts) if texts else ""
     if not tools:
         if text:
             assistant: ChatMessage = {"role": "assistant", "content": text}
-        elif joined_reasoning:
+        elif reasoning:
             assistant = {"role": "assistant", "content": None}
         else:
             return True
-        if joined_reasoning:
-            assistant["reasoning_content"] = joined_reasoning
+        if reasoning:
+            assistant["reasoning_content"] = _joined(reasoning)
         out.append(assistant)
         return True
     assistant = {"role": "assistant", "content": text if text else None}
-    if joined_reasoning:
-        assistant["reasoning_content"] = joined_reasoning
+    if reasoning:
+        assistant["reasoning_content"] = _joined(reasoning)
     plain = True
     calls = []
     results = []
@@ -234,7 +237,7 @@ def _assistant_messages(rows: Sequence[PartRow], out: list[ChatMessage]) -> bool
     ``_emit_step`` says."""
     # One pass: a step-start closes the step before it (parts before the first one form
     # an implicit step); other part types (step-finish, snapshot, patch...) count for
-    # nothing.
+    # nothing. The usual types first: every step starts and finishes.
     plain = True
     reasoning: list[str] = []
     texts: list[str] = []
@@ -249,18 +252,20 @@ def _assistant_messages(rows: Sequence[PartRow], out: list[ChatMessage]) -> bool
                 continue
             part = again
         kind = part.type
-        if kind == "text":
-            if type(part.text) is str:
-                texts.append(part.text)
+        if kind == "step-start":
+            if reasoning or texts or tools:
+                plain = _emit_step(reasoning, texts, tools, out) and plain
+                reasoning, texts, tools = [], [], []
+        elif kind == "step-finish":
+            continue
         elif kind == "tool":
             if type(part.callID) is str:
                 tools.append(part)
-        elif kind == "reasoning":
-            if type(part.text) is str and part.text:
-                reasoning.append(part.text)
-        elif kind == "step-start" and (reasoning or texts or tools):
-            plain = _emit_step(reasoning, texts, tools, out) and plain
-            reasoning, texts, tools = [], [], []
+        elif kind == "text":
+            if type(part.text) is str:
+                texts.append(part.text)
+        elif kind == "reasoning" and type(part.text) is str and part.text:
+            reasoning.append(part.text)
     if reasoning or texts or tools:
         plain = _emit_step(reasoning, texts, tools, out) and plain
     return plain
