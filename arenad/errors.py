@@ -22,7 +22,8 @@
     │   ├── GroupSurvivedError   a process group outlived SIGKILL
     │   └── CommandError         a short command failed (non-zero, timeout, spawn)
     ├── VerdictError             a judge verdict document that cannot be read
-    └── InvalidRolloutLine       a ledger line the tangle.rollout.v1 validator refuses
+    ├── InvalidRolloutLine       a ledger line the tangle.rollout.v1 validator refuses
+    └── LedgerWorkerFailed       a ledger worker process died or failed (nothing written)
 
 Outside the tree: ``events.codec.UnknownEventError`` (a ValueError: the data contract
 imports nothing of arenad), raised for a stored row this arenad cannot read.

@@ -107,7 +107,11 @@ def test_ledger_survives_rebuild_and_the_loss_of_every_file(tmp_path: Path) -> N
     shutil.rmtree(home / "proposer-shots")
     shutil.rmtree(claude)
     arenad(home, "project-ledger", str(third))
-    assert first.read_bytes() == second.read_bytes() == third.read_bytes()
+    # Shared with a worker process: the same bytes (tests/ledger/test_workers.py splits
+    # ledgers across several).
+    fourth = tmp_path / "4.jsonl"
+    arenad(home, "project-ledger", str(fourth), "--jobs", "2")
+    assert first.read_bytes() == second.read_bytes() == third.read_bytes() == fourth.read_bytes()
 
 
 def test_an_invalid_line_exits_non_zero_naming_the_cell(tmp_path: Path) -> None:

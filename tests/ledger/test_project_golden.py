@@ -32,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from arenad.ledger import service
 from arenad.ledger.service import project_store
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
@@ -370,18 +373,24 @@ async def build_log(db: Path) -> None:
         await store.close()
 
 
-async def project(db: Path, out: Path) -> dict[str, Any]:
+async def project(db: Path, out: Path, jobs: int = 1) -> dict[str, Any]:
     store = await SqliteEventStore.open(db)
     try:
-        return await project_store(store, out, run_id="golden-run")
+        return await project_store(store, out, run_id="golden-run", jobs=jobs, db=db)
     finally:
         await store.close()
 
 
-def test_cell_lines_match_the_golden_bytes(tmp_path: Path) -> None:
+# In one process, then shared with worker processes two cells a batch, so that every
+# process projects several batches and their counts are summed: the same bytes.
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_cell_lines_match_the_golden_bytes(
+    tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "READ_BATCH_CELLS", 2)
     db, out = tmp_path / "events.db", tmp_path / "ledger.jsonl"
     asyncio.run(build_log(db))
-    stats = asyncio.run(project(db, out))
+    stats = asyncio.run(project(db, out, jobs))
     golden = GOLDEN.read_text(encoding="utf-8").split("\n", 1)
     assert json.loads(golden[0]) == stats
     assert out.read_text(encoding="utf-8") == golden[1]
