@@ -521,9 +521,8 @@ def project_ledger(
         int | None,
         typer.Option(
             "--jobs",
-            min=1,
-            help="Processes projecting cells (default: one per core, for 2 000 cells or"
-            " more). The ledger is the same bytes whatever their number.",
+            help="Processes projecting cells, 1 to 64 (default: one per usable core, for"
+            " 2 000 cells or more). The ledger is the same bytes whatever their number.",
         ),
     ] = None,
 ) -> None:

@@ -38,6 +38,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -307,40 +308,67 @@ def child_baseline(home: Path) -> dict[str, Any]:
     }
 
 
+class _Workers:
+    """The projection's worker processes, watched from a thread: how many ran and the
+    largest one's peak RSS (each one's own VmHWM, read while it runs; ``wait4``'s
+    ru_maxrss would count the parent's RSS at its spawn)."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        tasks = Path(f"/proc/{os.getpid()}/task")
+        while not self._stop.wait(0.01):
+            for task in tasks.iterdir():
+                try:
+                    pids = (task / "children").read_text().split()
+                except OSError:
+                    continue  # a thread that ended meanwhile
+                for pid in map(int, pids):
+                    try:
+                        status = Path(f"/proc/{pid}/status").read_text()
+                    except OSError:
+                        continue
+                    for line in status.splitlines():
+                        if line.startswith("VmHWM:"):
+                            kib = int(line.split()[1])
+                            self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def child_project(home: Path, out: Path, jobs: int | None) -> dict[str, Any]:
     """What `arenad --home HOME project-ledger OUT [--jobs N]` does. Its CPU time counts
-    the worker processes' too; their peak RSS is the largest worker's."""
+    the worker processes' too."""
     import resource
 
     from arenad.home import Home
-    from arenad.ledger.service import project_ledger, workers_for
+    from arenad.ledger.service import project_ledger
 
     def children_cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return usage.ru_utime + usage.ru_stime
 
+    workers = _Workers()
     t, cpu, child_cpu = time.perf_counter(), time.process_time(), children_cpu()
     stats = asyncio.run(project_ledger(Home(home), out, jobs=jobs))
     seconds = time.perf_counter() - t
     cpu_s = time.process_time() - cpu + children_cpu() - child_cpu
-    processes = workers_for(_cells_of(home), jobs)
+    workers.stop()
     return {
         "seconds": seconds,
         "cpu_seconds": cpu_s,
-        "processes": processes,
+        "processes": 1 + len(workers.peaks),
         "lines": stats["lines"],
         "stats": stats,
         "rss_kib": peak_rss_kib(),
-        "worker_rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        "worker_rss_kib": max(workers.peaks.values(), default=0),
     }
-
-
-def _cells_of(home: Path) -> int:
-    db = sqlite3.connect(home / "arenad.db")
-    try:
-        return int(db.execute("SELECT COUNT(*) FROM cells").fetchone()[0])
-    finally:
-        db.close()
 
 
 def measure(*args: str) -> dict[str, Any]:
@@ -432,7 +460,7 @@ def run(small: int, large: int, messages: int, workdir: Path, repeat: int) -> di
     print(
         f"projection peak RSS {large} / {small} cells: {results['rss_ratio']:.2f}x"
         f" ({_mb(large_rss)} / {_mb(small_rss)}; the largest worker process"
-        f" {_mb(workers)}, which Linux counts from the parent's RSS at its spawn);"
+        f" {_mb(workers)});"
         " time ratio = projection / baseline wall time, cpu ratio = the same for CPU time"
         " (every thread and worker process)"
     )
@@ -446,7 +474,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--large", type=int, default=10_000)
     parser.add_argument("--messages", type=int, default=30, help="messages per transcript")
     parser.add_argument("--keep", type=Path, help="build in this dir and keep it")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        choices=range(1, 101),
+        metavar="N",
+        help="runs of each measurement (1 to 100)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -3,7 +3,7 @@
 The unit of work of a projection, done by ``arenad.ledger.service`` itself or by one of
 its worker processes (``arenad.ledger.workers``), which run this same function on their
 own connection to the store: so the ledger is the same bytes however many processes
-made it. ``add_stats`` sums the batches' counts in the ledger's order.
+made it (``arenad.ledger.lines.add_stats`` sums the batches' counts in order).
 
 Reading: two round trips per batch, each in the (stream, version) index's order
 (``read_stream_rows``): the cell streams (small events), then the capture streams of
@@ -32,7 +32,7 @@ from events.cell import CellSubmitted
 from events.specs import SupervisorArm
 from events.streams import capture_stream, cell_stream, ingest_stream
 
-__all__ = ["BatchLines", "add_stats", "project_batch"]
+__all__ = ["BatchLines", "project_batch"]
 
 
 class BatchLines(msgspec.Struct, frozen=True, array_like=True):
@@ -40,7 +40,7 @@ class BatchLines(msgspec.Struct, frozen=True, array_like=True):
     # Not joined: a batch's one big buffer after another left the allocator's heap
     # fragmented (peak RSS grew with the ledger's size).
     lines: list[bytes]
-    # This batch's counts alone (``add_stats`` sums them).
+    # This batch's counts alone (``arenad.ledger.lines.add_stats`` sums them).
     stats: LedgerStats
     # Where each cell's current attempt stands (the cells that have a spec), in order.
     resolutions: list[CellResolution]
@@ -105,17 +105,3 @@ async def project_batch(store: EventStore, cells: Sequence[tuple[str, str]]) -> 
         if resolution is not None:
             resolutions.append(resolution)
     return BatchLines(out, stats, resolutions)
-
-
-def add_stats(total: LedgerStats, part: LedgerStats) -> None:
-    """Add a later batch's counts to ``total``: sums, roles in the order first seen, and
-    the store available only while every batch found it so."""
-    for key, value in part.items():
-        if key == "byRole":
-            by_role: dict[str, int] = total["byRole"]
-            for role, count in value.items():
-                by_role[role] = by_role.get(role, 0) + count
-        elif key == "opencodeDbAvailable":
-            total[key] = total[key] and value
-        else:
-            total[key] += value

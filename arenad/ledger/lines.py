@@ -27,6 +27,7 @@ __all__ = [
     "Policy",
     "Provenance",
     "Task",
+    "add_stats",
     "count_line",
     "new_stats",
     "number_or_none",
@@ -164,6 +165,21 @@ def new_stats() -> LedgerStats:
         "proposerShotsMissed": 0,
         "opencodeDbAvailable": True,
     }
+
+
+def add_stats(total: LedgerStats, part: LedgerStats) -> None:
+    """Add the counts of a later part of the ledger (a batch of cells) to ``total``:
+    sums, roles in the order first seen, and the store available only while every part
+    found it so."""
+    for key, value in part.items():
+        if key == "byRole":
+            by_role: dict[str, int] = total["byRole"]
+            for role, count in value.items():
+                by_role[role] = by_role.get(role, 0) + count
+        elif key == "opencodeDbAvailable":
+            total[key] = total[key] and value
+        else:
+            total[key] += value
 
 
 def stats_json(stats: LedgerStats) -> str:

@@ -34,8 +34,8 @@ from arenad.cell.machine import next_status
 from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.ledger.batch import BatchLines, add_stats, project_batch
-from arenad.ledger.project import LedgerStats, new_stats
+from arenad.ledger.batch import BatchLines, project_batch
+from arenad.ledger.lines import LedgerStats, add_stats, new_stats
 from arenad.ledger.proposer import (
     CandidateTally,
     CapturedTranscript,
@@ -79,16 +79,35 @@ _WRITE_BUFFER = 1 << 20
 # worker process costs about what it saves (its start, ~0.1 s, and its lines sent back:
 # measured on bench.ledger, 1 000 cells were no faster on two cores, 3 000 1.6x faster).
 PARALLEL_MIN_CELLS = 2000
+# More processes than this are a typo, not a machine.
+MAX_JOBS = 64
 
 
-def workers_for(cells: int, jobs: int | None) -> int:
-    """How many processes project ``cells`` cells: ``jobs`` when given (1: this process
-    alone); by default one per core this process may use, once the ledger is big enough
-    to gain from them (``PARALLEL_MIN_CELLS``)."""
-    if jobs is not None:
-        return max(jobs, 1)
+def _usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, within its cgroup's CPU quota
+    (a container limited to two CPUs on a big host must not start a process per core)."""
     cores = len(os.sched_getaffinity(0))
-    return cores if cores > 1 and cells >= PARALLEL_MIN_CELLS else 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except (OSError, ValueError):
+        return cores
+    if quota == "max":
+        return cores
+    return max(1, min(cores, -(-int(quota) // int(period))))
+
+
+def processes_for(cells: int, batches: int, jobs: int | None) -> int:
+    """How many processes (this one and its workers) project ``cells`` cells in
+    ``batches`` batches: ``jobs`` when given; by default one per usable core, once the
+    ledger is big enough to gain from them (``PARALLEL_MIN_CELLS``). Never more than
+    there are batches: a process with nothing to project is only a cost."""
+    if jobs is not None:
+        if not 1 <= jobs <= MAX_JOBS:
+            raise UserError(f"--jobs must be 1 to {MAX_JOBS}, not {jobs}")
+        wanted = jobs
+    else:
+        wanted = _usable_cores() if cells >= PARALLEL_MIN_CELLS else 1
+    return max(1, min(wanted, batches))
 
 
 def default_run_id(home_id: str, campaign: str | None = None) -> str:
@@ -252,7 +271,6 @@ async def project_store(
     run_id: str | None = None,
     campaign: str | None = None,
     jobs: int | None = 1,
-    db: Path | None = None,
 ) -> LedgerStats:
     """Project ``store`` into ``out``: every cell's lines, then (without a ``cells`` or
     ``campaign`` filter) one proposer line per captured shot receipt.
@@ -260,10 +278,10 @@ async def project_store(
     ``campaign`` projects that campaign's cells alone, reading no other campaign's
     streams; its lines are byte for byte those the whole ledger holds for it.
 
-    ``jobs`` processes project the cells (``workers_for``; None: one per core for a big
-    ledger): this one and worker processes that read the store's file ``db`` themselves
-    (without it, this process projects them all). The ledger is the same bytes whatever
-    their number (``arenad.ledger.workers``).
+    ``jobs`` processes project the cells (``processes_for``; None: one per core for a big
+    ledger): this one and worker processes that read the store's file themselves (a
+    SQLite store's: another store is projected here alone). The ledger is the same bytes
+    whatever their number (``arenad.ledger.workers``).
 
     Memory is bounded by a few batches of cells (or one worktree's transcripts), never
     the log: cells are read ``READ_BATCH_CELLS`` at a time (two batches per worker at
@@ -279,6 +297,10 @@ async def project_store(
         where = f" in campaign {campaign}" if campaign is not None else ""
         raise UserError(f"no such cell{where}: {unknown[0]}")
     chosen = sorted(set(cells) if cells else known, key=_cell_order)
+    batches = -(-len(chosen) // READ_BATCH_CELLS)
+    processes = processes_for(len(chosen), batches, jobs)
+    # Worker processes read a SQLite store's file; any other store is projected here.
+    db = store.path if isinstance(store, SqliteEventStore) else None
     home = await home_id(store) if not run_id else ""
     run_ids: dict[str, str] = {}
 
@@ -293,11 +315,11 @@ async def project_store(
     candidates = CandidateTally()
     ledger = _LedgerFile(out)
 
-    def write(lines: BatchLines) -> None:
-        ledger.write_serialized(lines.lines)
-        add_stats(stats, lines.stats)
+    def write(batch: BatchLines) -> None:
+        ledger.write_serialized(batch.lines)
+        add_stats(stats, batch.stats)
         if with_proposers:
-            for resolution in lines.resolutions:
+            for resolution in batch.resolutions:
                 candidates.add(resolution)
 
     def batch(i: int) -> list[tuple[str, str]]:
@@ -305,12 +327,9 @@ async def project_store(
         cells = chosen[i * READ_BATCH_CELLS : (i + 1) * READ_BATCH_CELLS]
         return [(c, run_id_of(c)) for c in cells]
 
-    batches = -(-len(chosen) // READ_BATCH_CELLS)
-    processes = workers_for(len(chosen), jobs) if db is not None else 1
     try:
         with _no_cycle_collection():
-            if processes > 1:
-                assert db is not None
+            if processes > 1 and db is not None:
                 async with LedgerWorkers(processes - 1, db) as workers:
                     await _project_shared(store, batches, batch, workers, write)
             else:
@@ -360,7 +379,7 @@ async def project_ledger(
     jobs: int | None = None,
 ) -> LedgerStats:
     async with open_store(home) as store:
-        return await project_store(store, out, cells, run_id, campaign, jobs, home.db_path)
+        return await project_store(store, out, cells, run_id, campaign, jobs)
 
 
 def _read_verdict(path: Path) -> str:

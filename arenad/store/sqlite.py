@@ -250,6 +250,27 @@ class SqliteEventStore(EventStore):
             raise
         return cls(writer, reader, path, clock, projectors, faults, checkpointer)
 
+    @classmethod
+    async def open_reader(cls, path: Path, *, busy_timeout_ms: int = 10_000) -> SqliteEventStore:
+        """A store that only reads ``path``, on one read-only connection (``mode=ro``:
+        SQLite itself refuses every write, and a missing file is an error, not a new
+        empty log). For another process reading a log its owner keeps open (a ledger
+        worker): nothing is migrated, checkpointed or appended."""
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+        try:
+            reader = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the event store at {path}: {exc}") from exc
+        try:
+            await reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException as exc:
+            await reader.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open the event store at {path}: {exc}") from exc
+            raise
+        return cls(reader, reader, path, system_clock, ())
+
     @property
     def connection(self) -> aiosqlite.Connection:
         """The writer connection (for read models' queries and maintenance)."""
@@ -262,8 +283,9 @@ class SqliteEventStore(EventStore):
         if self._checkpointer is not None:
             await self._checkpointer.close()
         await self._reader.close()
-        # The last connection to close checkpoints whatever is left.
-        await self._db.close()
+        if self._db is not self._reader:
+            # The last connection to close checkpoints whatever is left.
+            await self._db.close()
 
     def _count_for_checkpoint(self, nbytes: int) -> None:
         """After a commit: ask for a background checkpoint once enough was appended."""

@@ -107,8 +107,8 @@ def test_ledger_survives_rebuild_and_the_loss_of_every_file(tmp_path: Path) -> N
     shutil.rmtree(home / "proposer-shots")
     shutil.rmtree(claude)
     arenad(home, "project-ledger", str(third))
-    # Shared with a worker process: the same bytes (tests/ledger/test_workers.py splits
-    # ledgers across several).
+    # --jobs: here one batch, so one process (tests/ledger/test_workers.py shares
+    # ledgers with workers).
     fourth = tmp_path / "4.jsonl"
     arenad(home, "project-ledger", str(fourth), "--jobs", "2")
     assert first.read_bytes() == second.read_bytes() == third.read_bytes() == fourth.read_bytes()

@@ -376,7 +376,7 @@ async def build_log(db: Path) -> None:
 async def project(db: Path, out: Path, jobs: int = 1) -> dict[str, Any]:
     store = await SqliteEventStore.open(db)
     try:
-        return await project_store(store, out, run_id="golden-run", jobs=jobs, db=db)
+        return await project_store(store, out, run_id="golden-run", jobs=jobs)
     finally:
         await store.close()
 

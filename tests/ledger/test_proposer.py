@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from arenad.js import js_date_parse
+from arenad.ledger import service
 from arenad.ledger.candidate import campaign_candidate
 from arenad.ledger.claude_transcript import claude_transcript
 from arenad.ledger.lines import new_stats
@@ -216,19 +217,36 @@ def arena(tmp_path: Path) -> Arena:
     return a
 
 
-async def _capture_and_project(arena: Arena, out: Path, resolved: list[bool]) -> dict[str, Any]:
+async def _capture_and_project(
+    arena: Arena, out: Path, resolved: list[bool], jobs: int = 1
+) -> dict[str, Any]:
     store = await SqliteEventStore.open(arena.db)
     try:
         if not await store.streams("proposer/"):
             await scan_once(store, arena.paths)
             await _candidate_cells(store, "gen0-cand1", resolved)
-        return await project_store(store, out, run_id="arena-run")
+        return await project_store(store, out, run_id="arena-run", jobs=jobs)
     finally:
         await store.close()
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_the_candidate_tally_is_the_same_when_worker_processes_share_the_cells(
+    arena: Arena, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One cell a batch: the candidate's cells are tallied by this process and by workers.
+    monkeypatch.setattr(service, "READ_BATCH_CELLS", 1)
+    ledgers = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"ledger-{jobs}.jsonl"
+        stats = asyncio.run(_capture_and_project(arena, out, [True, True, True, False], jobs))
+        ledgers.append((out.read_bytes(), stats))
+    assert ledgers[0] == ledgers[1] == ledgers[2]
+    shot1 = next(x for x in _lines(tmp_path / "ledger-2.jsonl") if x["role"] == "proposer")
+    assert shot1["outcome"]["reward"] == 0.5
 
 
 def test_proposer_lines_from_captured_shots(arena: Arena, tmp_path: Path) -> None:

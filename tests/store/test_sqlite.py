@@ -168,6 +168,25 @@ async def test_the_reader_connection_cannot_write(store: SqliteEventStore) -> No
         await reader.execute("INSERT INTO log_head (id, seq, hash) VALUES (2, 0, x'00')")
 
 
+async def test_a_reader_store_reads_what_its_owner_appends_and_writes_nothing(
+    store: SqliteEventStore, tmp_path: Path
+) -> None:
+    await store.append("s/a", 0, lines(0, 3))
+    reader = await SqliteEventStore.open_reader(store.path)
+    try:
+        await store.append("s/a", 3, lines(3, 4))  # seen: every read is a fresh snapshot
+        assert [r.event for r in await reader.read_stream("s/a")] == lines(0, 4)
+        with pytest.raises(StoreError):
+            await reader.append("s/a", 4, lines(4, 5))
+    finally:
+        await reader.close()
+    assert [r.event for r in await store.read_stream("s/a")] == lines(0, 4)
+    # A missing file is an error, not a new empty log.
+    with pytest.raises(StoreError, match="cannot open the event store"):
+        await SqliteEventStore.open_reader(tmp_path / "nowhere" / "events.db")
+    assert not (tmp_path / "nowhere").exists()
+
+
 async def test_read_all_fetches_in_bounded_batches(
     store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
