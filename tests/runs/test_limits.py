@@ -14,6 +14,7 @@ from arenad.ingest.inotify import Inotify
 from arenad.runs import limits
 from arenad.runs.limits import FDS_PER_CELL, FDS_RESERVE, WATCHES_PER_CELL, Capacity
 from events import streams
+from events.cell import CellMaterialized, RunCompleted, RunTimedOut
 from tests.conftest import make_repo
 from tests.daemon.support import CLI, REPO_ROOT, cli, command_campaign, read_all, wait_for
 
@@ -156,13 +157,15 @@ def test_running_cells_hold_what_the_check_counts_on(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     base = make_repo(repo, {"a.txt": "a\n"})
     cells = 4
-    marker = tmp_path / "stop"
+    # Each agent runs until a file appears in its own workspace: sandboxed, it sees nothing
+    # of the test's (a marker in tmp_path would never show, and each cell would run until
+    # its timeout).
     camp = command_campaign(
         tmp_path / "c.toml",
         name="fds",
         repo=repo,
         base=base,
-        argv=["bash", "-c", f"echo '{{{{}}}}'; while [ ! -e {marker} ]; do sleep 0.1; done"],
+        argv=["bash", "-c", "echo '{{}}'; while [ ! -e stop ]; do sleep 0.1; done"],
         instances=tuple(f"i{n}" for n in range(cells)),
     )
     assert cli(home, "init").returncode == 0
@@ -191,5 +194,9 @@ def test_running_cells_hold_what_the_check_counts_on(tmp_path: Path) -> None:
         assert len(per_cell) <= 2 * cells, per_cell
         assert len(held) <= FDS_RESERVE + FDS_PER_CELL * cells, held
     finally:
-        marker.touch()
+        for r in read_all(home):
+            if isinstance(r.event, CellMaterialized):
+                (Path(r.event.workspace) / "stop").touch()
         assert daemon.wait(timeout=120) == 0
+    ended = [r.event for r in read_all(home) if isinstance(r.event, RunCompleted | RunTimedOut)]
+    assert len(ended) == cells and all(isinstance(e, RunCompleted) for e in ended), ended
