@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,28 +62,64 @@ def home_dir(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
-class DemoRun:
-    """A finished `arenad demo` (real opencode, scripted model): its home and output."""
+def session_shared(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A path shared by every process of this test session: under xdist, the session's
+    base temp dir that each worker's own base dir sits in; else this process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
 
-    def __init__(self, home: Path, stdout: str) -> None:
+
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    """A directory ``build`` fills once per test session, whichever process asks first;
+    the others wait for it (an exclusive lock) and reuse it. A build that fails leaves
+    nothing behind, and the next process to ask builds it again."""
+    root = session_shared(tmp_path_factory, name)
+    done = root / ".built"
+    with open(root.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            done.touch()
+    return root
+
+
+class DemoRun:
+    """A finished `arenad demo` (real opencode, scripted model): its home and output.
+
+    Built once per test session and shared by its processes: ``home`` is only read (SQLite
+    takes care of readers in several processes); a test that changes it works on a copy."""
+
+    def __init__(self, home: Path, stdout: str, pristine: Path) -> None:
         self.home = home
         self.stdout = stdout
+        self._pristine = pristine
 
     def copy(self, dest: Path) -> Path:
         """The demo's home copied to ``dest``, for a test that changes it. Its events
-        still name the original run dirs (nothing that reads the log reads those)."""
-        shutil.copytree(self.home, dest, symlinks=True)
+        still name the original run dirs (nothing that reads the log reads those). Copied
+        from a copy made right after the demo, which nothing opens: a store another test
+        process has open is never copied halfway through a checkpoint."""
+        shutil.copytree(self._pristine, dest, symlinks=True)
         return dest
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    # One demo per test process: it takes half a minute on a quiet machine (four real
-    # opencode runs), and several slow tests read what it left (report, ledger, view).
-    home = tmp_path_factory.mktemp("demo") / "h"
-    exe = str(Path(sys.executable).parent / "arenad")
-    done = subprocess.run(
-        [exe, "--home", str(home), "demo"], capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, done.stderr
-    return DemoRun(home, done.stdout)
+    # One demo per test session: it takes half a minute on a quiet machine (four real
+    # opencode runs), and several slow tests read what it left (report, ledger, view),
+    # possibly in different xdist workers.
+    def build(root: Path) -> None:
+        exe = str(Path(sys.executable).parent / "arenad")
+        done = subprocess.run(
+            [exe, "--home", str(root / "h"), "demo"], capture_output=True, text=True, timeout=900
+        )
+        assert done.returncode == 0, done.stderr
+        shutil.copytree(root / "h", root / "pristine", symlinks=True)
+        (root / "stdout.txt").write_text(done.stdout)
+
+    root = built_once(tmp_path_factory, "demo", build)
+    return DemoRun(root / "h", (root / "stdout.txt").read_text(), root / "pristine")
