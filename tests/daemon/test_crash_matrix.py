@@ -41,7 +41,7 @@ from tests.arms.support import (
     submit,
     supervisor_campaign,
 )
-from tests.conftest import make_repo
+from tests.conftest import built_once, make_repo
 from tests.daemon.support import cli, read_all, start_daemon
 from tests.opencode_support import RunningModel
 
@@ -255,32 +255,37 @@ def _check(case: Case, root: Path, records: list[Recorded]) -> None:
     assert cli(case.home, "verify-log").returncode == 0
 
 
-_REFERENCE: dict[str, list[Any]] = {}
-
-
 def _reference(
-    arm: str, tmp_path: Path, opencode: Path, start_model: Callable[[str], RunningModel]
+    arm: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    opencode: Path,
+    start_model: Callable[[str], RunningModel],
 ) -> list[Any]:
-    """The normalized ledger of a crash-free run (once per arm per session)."""
-    if arm not in _REFERENCE:
-        root = tmp_path / "reference"
-        root.mkdir()
+    """The normalized ledger of a crash-free run (once per arm per test session, shared by
+    the xdist workers)."""
+
+    def build(root: Path) -> None:
         case = ARMS[arm](root, opencode, start_model)
-        assert _daemon(case, root / "daemon.err") == 0
-        _REFERENCE[arm] = _normalize(_ledger(case, root / "ledger.jsonl"), root)
-    return _REFERENCE[arm]
+        assert _daemon(case, root / "daemon.err") == 0, (root / "daemon.err").read_text()[-3000:]
+        normalized = _normalize(_ledger(case, root / "ledger.jsonl"), root)
+        (root / "reference.json").write_text(json.dumps(normalized))
+
+    root = built_once(tmp_path_factory, f"crash-reference-{arm}", build)
+    reference: list[Any] = json.loads((root / "reference.json").read_text())
+    return reference
 
 
 @pytest.mark.parametrize("point", POINTS)
 @pytest.mark.parametrize("arm", sorted(ARMS))
 def test_crash_then_restart_is_as_if_nothing_happened(
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     arm: str,
     point: str,
     opencode_bin: Path,
     scripted_model: Callable[[str], RunningModel],
 ) -> None:
-    reference = _reference(arm, tmp_path, opencode_bin, scripted_model)
+    reference = _reference(arm, tmp_path_factory, opencode_bin, scripted_model)
     root = tmp_path / "crash"
     root.mkdir()
     case = ARMS[arm](root, opencode_bin, scripted_model)
