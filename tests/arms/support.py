@@ -12,7 +12,7 @@ from pathlib import Path
 from arenad.ingest.lines import line_bytes
 from events.base import Event, Recorded
 from events.ingest import FileTruncated, IngestionClosed, LineIngested, LineMalformed
-from tests.daemon.support import cli, read_all, start_daemon
+from tests.daemon.support import read_all, start_daemon, submitted
 
 DRIVER = Path(__file__).resolve().parents[1] / "fakes" / "supervisor-driver"
 SUP_RUN = Path(".loops") / "supervisor" / "sup-1"
@@ -79,9 +79,7 @@ read_only = {json.dumps([*sandbox_shares(), *shares])}
 
 
 def submit(home: Path, campaign: Path) -> None:
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(campaign))
-    assert out.returncode == 0, out.stderr
+    submitted(home, campaign)
 
 
 def daemon_until_idle(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from arenad import app
 from arenad.home import Home, open_store
 from events.base import Recorded
 
@@ -48,6 +49,20 @@ def start_daemon(
             cwd=REPO_ROOT,
             env=dict(env) if env is not None else None,
         )
+
+
+def submitted(home: Path, *campaigns: Path) -> Path:
+    """A test's set-up: ``home`` initialized and ``campaigns`` submitted, in this process
+    (what ``arenad init`` and ``arenad submit`` call; their CLI is tested in tests/test_cli.py,
+    tests/campaign and tests/app), saving two interpreters per test."""
+
+    async def go() -> None:
+        await app.init_home(Home(home))
+        for campaign in campaigns:
+            await app.submit_campaign(Home(home), campaign)
+
+    asyncio.run(go())
+    return home
 
 
 def status_json(home: Path) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from events.streams import cell_of
 from tests.conftest import make_repo
 from tests.daemon.inprocess import init_and_submit, running_daemon
 from tests.daemon.support import (
-    cli,
     command_campaign,
     read_all,
     start_daemon,
+    submitted,
     wait_for,
 )
 
@@ -46,10 +46,7 @@ def _campaign(tmp_path: Path, **kwargs: object) -> Path:
 def _setup(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     camp = _campaign(tmp_path)
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
-    return home
+    return submitted(home, camp)
 
 
 async def test_abort_running_cell(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from events import cell as ev
 from events.base import Event
 from tests.conftest import make_repo
-from tests.daemon.support import cli, read_all, start_daemon
+from tests.daemon.support import read_all, start_daemon, submitted
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 IMAGE = "arenad-test/testbed:latest"
@@ -50,9 +50,7 @@ def _run(tmp_path: Path, fail: str | None, *daemon_args: str) -> list[Event]:
         )
         + "\n"
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
+    submitted(home, camp)
     env = {
         **os.environ,
         "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",

@@ -8,7 +8,7 @@ from pathlib import Path
 from events import cell as ev
 from events.capture import ProposerShotCaptured
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon
+from tests.daemon.support import cli, command_campaign, read_all, start_daemon, submitted
 
 CELL = "jp:i1:CMD:0"
 
@@ -26,9 +26,7 @@ def test_the_judge_verdict_commits_with_verify(tmp_path: Path) -> None:
         argv=["bash", "-c", "echo b >> a.txt"],
         extra=f"[judge]\ncommand = {json.dumps(f'echo {json.dumps(verdict)}')}",
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
+    submitted(home, camp)
     daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()
     records = [r for r in read_all(home) if r.stream == f"cell/{CELL}"]
@@ -82,8 +80,7 @@ def test_an_unscored_attempt_is_not_judged(tmp_path: Path) -> None:
         argv=["bash", "-c", "echo b >> a.txt; exit 3"],  # the agent fails: not scored
         extra=f"[judge]\ncommand = {json.dumps(judge)}",
     )
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
+    submitted(home, camp)
     daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=60) == 0, (tmp_path / "daemon.err").read_text()
     events = [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]

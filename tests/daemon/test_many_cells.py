@@ -14,7 +14,7 @@ from pathlib import Path
 
 from events.ingest import LineIngested
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, wait_for
+from tests.daemon.support import command_campaign, read_all, start_daemon, submitted, wait_for
 
 CELLS = 300
 
@@ -36,8 +36,7 @@ def test_three_hundred_cells_run_at_once_and_all_recover(tmp_path: Path) -> None
     )
     text = camp.read_text().replace("max_parallel = 16", f"max_parallel = {CELLS}")
     camp.write_text(text)
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
+    submitted(home, camp)
     with gate.open("r") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         daemon = start_daemon(

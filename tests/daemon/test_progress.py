@@ -16,7 +16,7 @@ from arenad.daemon.progress import duration, progress_line
 from arenad.home import Home, open_store
 from arenad.readmodels.progress import PROGRESS_TAGS, ProgressFold
 from tests.conftest import make_repo
-from tests.daemon.support import CLI, REPO_ROOT, cli, command_campaign
+from tests.daemon.support import CLI, REPO_ROOT, command_campaign, submitted
 from tests.report.arena_log import build_arena
 
 
@@ -69,10 +69,7 @@ def _campaign(tmp_path: Path) -> Path:
     bad = command_campaign(
         tmp_path / "bad.toml", name="bad", repo=repo, base="0" * 40, argv=["true"]
     )
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
-    assert cli(home, "submit", str(bad)).returncode == 0
-    return home
+    return submitted(home, camp, bad)
 
 
 def _on_a_terminal(home: Path, *args: str) -> tuple[int, str]:

@@ -36,6 +36,7 @@ from tests.daemon.support import (
     command_campaign,
     read_all,
     start_daemon,
+    submitted,
     wait_for,
 )
 from tests.opencode_support import RunningModel
@@ -88,10 +89,7 @@ def _setup(
         instances=instances,
         extra=f'[executor]\nkind = "ray"\nresources = {resources}',
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
-    return home
+    return submitted(home, camp)
 
 
 def _daemon(home: Path, cluster: RayTestCluster, err: Path, heartbeat_s: float) -> Any:

@@ -27,6 +27,7 @@ from tests.daemon.support import (
     command_campaign,
     read_all,
     start_daemon,
+    submitted,
     wait_for,
 )
 from tests.fullfs import fill, free, small_fs
@@ -83,10 +84,7 @@ def _setup(
         arm_extra=arm_extra,
         extra=extra,
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
-    return home
+    return submitted(home, camp)
 
 
 def _cell(home: Path) -> list[Event]:

@@ -16,7 +16,14 @@ from arenad.sandbox.bwrap import probe_host
 from events import cell as ev
 from events.base import Event
 from tests.conftest import make_repo
-from tests.daemon.support import cli, command_campaign, read_all, start_daemon, status_json
+from tests.daemon.support import (
+    cli,
+    command_campaign,
+    read_all,
+    start_daemon,
+    status_json,
+    submitted,
+)
 
 pytestmark = pytest.mark.skipif(probe_host() is None, reason="bubblewrap is not installed")
 
@@ -40,9 +47,7 @@ def _run(
         verify_cmd=verify_cmd,
         **kw,  # type: ignore[arg-type]
     )
-    assert cli(home, "init").returncode == 0
-    out = cli(home, "submit", str(camp))
-    assert out.returncode == 0, out.stderr
+    submitted(home, camp)
     # The daemon's own PWD names another directory: no child may inherit it.
     env = {**os.environ, "PWD": "/", "OLDPWD": "/usr"}
     daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
@@ -143,8 +148,7 @@ def test_verify_still_runs_the_projects_tests(tmp_path: Path) -> None:
         argv=["bash", "-c", "sed -i 's/a - b/a + b/' calc.py"],
         verify_cmd="python -m pytest -q -p no:cacheprovider test_calc.py",
     )
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
+    submitted(home, camp)
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
     daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")

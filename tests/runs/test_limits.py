@@ -16,7 +16,15 @@ from arenad.runs.limits import FDS_PER_CELL, FDS_RESERVE, WATCHES_PER_CELL, Capa
 from events import streams
 from events.cell import CellMaterialized, RunCompleted, RunTimedOut
 from tests.conftest import make_repo
-from tests.daemon.support import CLI, REPO_ROOT, cli, command_campaign, read_all, wait_for
+from tests.daemon.support import (
+    CLI,
+    REPO_ROOT,
+    cli,
+    command_campaign,
+    read_all,
+    submitted,
+    wait_for,
+)
 
 
 def _capacity(nofile: int = 20_000, watches: int | None = 100_000, used: int = 0) -> Capacity:
@@ -168,8 +176,7 @@ def test_running_cells_hold_what_the_check_counts_on(tmp_path: Path) -> None:
         argv=["bash", "-c", "echo '{{}}'; while [ ! -e stop ]; do sleep 0.1; done"],
         instances=tuple(f"i{n}" for n in range(cells)),
     )
-    assert cli(home, "init").returncode == 0
-    assert cli(home, "submit", str(camp)).returncode == 0
+    submitted(home, camp)
     with (tmp_path / "daemon.err").open("wb") as err:
         daemon = subprocess.Popen(
             [*CLI, "--home", str(home), "daemon", "--max-parallel", str(cells), "--until-idle"],
