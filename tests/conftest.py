@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import shutil
 import subprocess
@@ -19,6 +20,73 @@ settings.register_profile("arenad", deadline=None, suppress_health_check=[Health
 settings.load_profile("arenad")
 
 pytest_plugins = ["tests.opencode_support", "tests.ray_support"]
+
+# -- test order: a hint to pytest-xdist's scheduler --------------------------------------
+# `--dist worksteal` hands each of N workers one contiguous Nth of the collection, then
+# moves work from the tail of a busy worker's queue to an idle one. So the order decides
+# what runs where and when: the long tests (the real opencode CLI, the Ray cluster) go at
+# the head of the slices, spread over the workers longest first, where they overlap the
+# other worker's short tests instead of ending the run alone; tests that share a costly
+# session resource (the Ray cluster, the demo, a crash-matrix arm's reference run) stay in
+# one slice, so one worker builds it and no other waits for it. Only the order changes.
+WEIGHT_SLOW = 10  # a real opencode run or more
+WEIGHT_RAY = 5  # a test on the Ray cluster
+
+
+def _unit_of(item: pytest.Item) -> str | None:
+    """The group a long test belongs to (kept in one slice), or None for a short test."""
+    names = getattr(item, "fixturenames", ())
+    if "ray_cluster" in names:
+        return "ray"
+    if "demo_run" in names:
+        return "demo"
+    callspec = getattr(item, "callspec", None)
+    if item.path.name == "test_crash_matrix.py" and callspec is not None:
+        return f"crash-matrix:{callspec.params.get('arm')}"
+    if item.get_closest_marker("slow") is not None:
+        return item.nodeid
+    return None
+
+
+def _weight(item: pytest.Item) -> int:
+    if "ray_cluster" in getattr(item, "fixturenames", ()):
+        return WEIGHT_RAY
+    return WEIGHT_SLOW if item.get_closest_marker("slow") is not None else 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    slices = int(workerinput["workercount"]) if workerinput else 1
+    units: dict[str, list[pytest.Item]] = {}
+    short: list[pytest.Item] = []
+    for item in items:
+        unit = _unit_of(item)
+        if unit is None:
+            short.append(item)
+        else:
+            units.setdefault(unit, []).append(item)
+    # Longest first, each to the lightest slice (ties: collection order, so every worker
+    # computes the same order).
+    ranked = sorted(units.values(), key=lambda u: -sum(_weight(i) for i in u))
+    heads: list[list[pytest.Item]] = [[] for _ in range(slices)]
+    loads = [0] * slices
+    for group in ranked:
+        lightest = loads.index(min(loads))
+        heads[lightest].extend(group)
+        loads[lightest] += sum(_weight(i) for i in group)
+    # Each slice is then filled up with short tests, in collection order, to its share of
+    # the count (worksteal splits by count).
+    size, extra = divmod(len(items), slices)
+    ordered: list[pytest.Item] = []
+    rest = iter(short)
+    for n, head in enumerate(heads):
+        ordered.extend(head)
+        fill = size + (1 if n < extra else 0) - len(head)
+        ordered.extend(itertools.islice(rest, max(fill, 0)))
+    ordered.extend(rest)
+    assert len(ordered) == len(items)
+    items[:] = ordered
+
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "arenad tests",
