@@ -1,12 +1,14 @@
-"""Pytest support for the Ray tests: one real multi-node cluster per test session.
+"""Pytest support for the Ray tests: one real multi-node cluster, shared by consecutive tests.
 
 Registered as a plugin (tests/conftest.py), it gives every test module:
 
-* ``ray_cluster`` (session): a ``ray.cluster_utils.Cluster`` whose head has no CPU and whose
-  two worker nodes offer ``{"arenad_slot": 4}``, with a small object store, token auth (a
-  token file of the session) and fast node-death detection; this process is connected to
-  it. Started on first use (~10-20 s), shut down at the end of the session with every
-  process it started verified gone. Skips only when ray is not installed.
+* ``ray_cluster``: a ``ray.cluster_utils.Cluster`` whose head has no CPU and whose two
+  worker nodes offer ``{"arenad_slot": 4}``, with a small object store, token auth (a token
+  file of its own) and fast node-death detection; this process is connected to it. Started
+  on first use (~10-20 s) and shared by the tests that follow; shut down, with every process
+  it started verified gone, once the next test does not use it (the Ray tests run one after
+  another, tests/conftest.py) or at the end of the session. Skips only when ray is not
+  installed.
 * ``ray_namespace`` (function): a fresh actor namespace; the test's actors are killed
   after it.
 * ``spare_node`` (function): one more worker node, the only one offering ``{SPARE: 1}``,
@@ -116,17 +118,27 @@ def _reload_auth_config() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-@pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestCluster]:
-    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
-    pytest.importorskip("psutil", reason="psutil is not installed (pip install -e '.[ray]')")
+class _Running:
+    """The cluster while it runs, and how to undo the environment it was started with."""
+
+    def __init__(self, cluster: RayTestCluster, env: pytest.MonkeyPatch) -> None:
+        self.cluster = cluster
+        self.env = env
+
+
+_running: _Running | None = None
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory) -> RayTestCluster:
     import ray
     from ray.cluster_utils import Cluster
 
     token = tmp_path_factory.mktemp("ray-auth") / "token"
     token.write_text(secrets.token_hex(32))
     token.chmod(0o600)
-    with pytest.MonkeyPatch.context() as mp:
+    mp = pytest.MonkeyPatch()
+    rc: RayTestCluster | None = None
+    try:
         # Before any node starts: the nodes are this process's children and inherit it; a
         # driver with an explicit address never turns auth on by itself.
         mp.setenv("RAY_AUTH_MODE", "token")
@@ -144,15 +156,59 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
             },
         )
         rc = RayTestCluster(cluster, token)
+        rc.add_node()
+        rc.add_node()
+        ray.init(address=cluster.address, namespace="arenad-tests", log_to_driver=False)
+    except BaseException:
         try:
-            rc.add_node()
-            rc.add_node()
-            ray.init(address=cluster.address, namespace="arenad-tests", log_to_driver=False)
-            yield rc
+            if rc is not None:
+                rc.snapshot()
+                _teardown(rc)
         finally:
-            rc.snapshot()
-            _teardown(rc)
-    _reload_auth_config()
+            mp.undo()
+            _reload_auth_config()
+        raise
+    global _running
+    _running = _Running(rc, mp)
+    return rc
+
+
+def _stop() -> None:
+    """Shut the cluster down (every process it started verified gone), if it runs."""
+    global _running
+    running, _running = _running, None
+    if running is None:
+        return
+    try:
+        running.cluster.snapshot()
+        _teardown(running.cluster)
+    finally:
+        running.env.undo()
+        _reload_auth_config()
+
+
+@pytest.fixture
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> RayTestCluster:
+    """The session's cluster, started by the first test that needs it. It is shut down
+    once the next test to run in this process does not need it (or at the session's end):
+    the test order keeps the Ray tests together (tests/conftest.py), and an idle cluster
+    costs CPU for the rest of the session. A later test that needs it starts it again."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
+    pytest.importorskip("psutil", reason="psutil is not installed (pip install -e '.[ray]')")
+    return _running.cluster if _running is not None else _start(tmp_path_factory)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield  # the test's own fixtures (its namespace, its spare node) are torn down first
+    if _running is not None and (
+        nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ())
+    ):
+        _stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop()
 
 
 def kill_namespace(namespace: str) -> None:
