@@ -130,8 +130,9 @@ async def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(
     camp = _campaign(
         tmp_path,
         name="live",
-        # Long enough that the resume and retry commands land while the other runs.
-        argv=["bash", "-c", "sleep 3"],
+        # Each run lasts until the test lets it end (a file in its own workspace): which runs
+        # overlap is then the daemon's doing alone, not a sleep's.
+        argv=["bash", "-c", "while [ ! -e go ]; do sleep 0.02; done"],
         instances=("i1", "i2", "i3"),
     )
     await init_and_submit(home, camp)
@@ -144,15 +145,37 @@ async def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(
         async def is_(cell: str, want: tuple[str, int]) -> bool:
             return await daemon.state(cell) == want
 
-        await daemon.wait_for(lambda: is_(third, ("recovered", 1)), "the unpaused cells")
-        assert await daemon.state(first) == ("recovered", 1)
+        async def running(cell: str, attempt: int) -> Path | None:
+            """The attempt's workspace once its run has started."""
+            events = await daemon.events(cell)
+            if not any(isinstance(e, ev.RunStarted) and e.attempt == attempt for e in events):
+                return None
+            made = [e for e in events if isinstance(e, ev.CellMaterialized)]
+            return Path([m for m in made if m.attempt == attempt][-1].workspace)
+
+        released: set[tuple[str, int]] = set()
+
+        async def release_each(*runs: tuple[str, int]) -> bool:
+            """Let each run end once it has started; true when all are recovered."""
+            for run in runs:
+                if run not in released and (ws := await running(*run)) is not None:
+                    (ws / "go").touch()
+                    released.add(run)
+            return all([await is_(cell, ("recovered", attempt)) for cell, attempt in runs])
+
+        await daemon.wait_for(lambda: release_each((first, 1), (third, 1)), "the unpaused cells")
         assert await daemon.state(paused) == ("submitted", 1)
         # All three commands travel as events; the running daemon follows them.
         await app.set_max_parallel(h, 3)
         await app.resume_cell(h, paused)
         await app.retry_cell(h, first, "again")
-        await daemon.wait_for(lambda: is_(paused, ("recovered", 1)), "the resumed cell")
-        await daemon.wait_for(lambda: is_(first, ("recovered", 2)), "the retried attempt")
+        both = ((paused, 1), (first, 2))
+
+        async def both_running() -> bool:
+            return all([await running(*run) is not None for run in both])
+
+        await daemon.wait_for(both_running, "the resumed cell and the retried attempt to run")
+        await daemon.wait_for(lambda: release_each(*both), "the resumed and retried runs")
         records = await daemon.records()
     # Run intervals as log positions (no clocks): RunStarted seq .. end-of-run seq.
     spans: dict[tuple[str, int], list[int]] = {}
