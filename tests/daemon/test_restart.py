@@ -138,13 +138,30 @@ def _verify_log_ok(home: Path) -> None:
 
 def test_agent_outlives_a_killed_daemon_and_is_adopted(tmp_path: Path) -> None:
     marker = tmp_path / "runs.txt"
-    home = _setup(tmp_path, _agent(marker, lines=30, pause_s=0.1, rc=5))
+    # Lines, then it waits until the test lets it go on (a file in its workspace), more
+    # lines, exit 5: it is still running when the next daemon adopts it, however slow the
+    # machine, and some of its lines come after the adoption.
+    tick = 'echo "{{\\"kind\\":\\"tick\\",\\"i\\":$i}}"'
+    script = (
+        f"{_report(marker)}; for i in $(seq 10); do {tick}; done;"
+        f" while [ ! -e go ]; do sleep 0.02; done; for i in $(seq 11 20); do {tick}; done; exit 5"
+    )
+    home = _setup(tmp_path, ["bash", "-c", script])
     _kill9_once_the_agent_runs(home, marker, tmp_path)
     started = _of(_cell(home), ev.RunStarted)[0]
     assert isinstance(started, ev.RunStarted)
     assert groups.group_alive(started.pgid), "the agent died with the daemon"
 
-    _finish(home, tmp_path)
+    second = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon2.err")
+    try:
+        wait_for(lambda: _has(home, ev.RunAdopted), "the run to be adopted")
+        workspace = _of(_cell(home), ev.CellMaterialized)[-1].workspace  # type: ignore[attr-defined]
+        (Path(workspace) / "go").touch()
+        assert second.wait(timeout=120) == 0, (tmp_path / "daemon2.err").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
     events = _cell(home)
     assert len(marker.read_text().split()) == 1, "the agent ran twice"
     assert len(_of(events, ev.RunStarted)) == 1
@@ -428,10 +445,12 @@ def test_output_past_the_cap_is_dropped_and_recorded_across_a_restart(tmp_path: 
 
 
 def test_output_dropped_past_the_cap_is_not_silence(tmp_path: Path) -> None:
-    # Past the cap the files stop growing, yet the agent is busy: no hang is detected.
-    script = "for i in $(seq 60); do echo line-$i-xxxxxxxxxxxxxxxxxxxx; sleep 0.1; done"
+    # Past the cap the files stop growing, yet the agent is busy: no hang is detected. The
+    # cap is reached on the fourth line; the agent then stays busy for ~2.6 s, well past
+    # --hang-after (checked every quarter of it).
+    script = "for i in $(seq 30); do echo line-$i-xxxxxxxxxxxxxxxxxxxx; sleep 0.1; done"
     home = _setup(tmp_path, ["bash", "-c", script], extra="max_output_bytes = 100")
-    daemon = start_daemon(home, "--until-idle", "--hang-after", "3", stderr=tmp_path / "daemon.err")
+    daemon = start_daemon(home, "--until-idle", "--hang-after", "1", stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=60) == 0
     events = _cell(home)
     assert _of(events, ev.HangDetected) == []
