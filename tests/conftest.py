@@ -141,8 +141,8 @@ def built_once(
     tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
 ) -> Path:
     """A directory ``build`` fills once per test session, whichever process asks first;
-    the others wait for it (an exclusive lock) and reuse it. A build that fails leaves
-    nothing behind, and the next process to ask builds it again."""
+    the others wait for it (an exclusive lock) and reuse it. A build that fails is not
+    marked built: the next process to ask clears what it left and builds it again."""
     root = session_shared(tmp_path_factory, name)
     done = root / ".built"
     with open(root.with_name(name + ".lock"), "w") as lock:
