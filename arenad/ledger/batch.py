@@ -5,14 +5,17 @@ its worker processes (``arenad.ledger.workers``), which run this same function o
 own connection to the store: so the ledger is the same bytes however many processes
 made it (``arenad.ledger.lines.add_stats`` sums the batches' counts in order).
 
-Reading: two round trips per batch, each in the (stream, version) index's order
-(``read_stream_rows``): the cell streams (small events), then the capture streams of
-the attempts they name with, for supervisor cells, their ingest streams. No query per
-stream (each a thread hop and a future), no sort of the big captures into log order,
-and no stream list of the whole log: memory stays that of a batch. A cell's capture
-and ingest rows stay encoded until the cell is projected, so its transcript is folded
-while its decoded parts are still in the CPU's cache (decoding a whole batch first made
-every part a cache miss: a fifth of the projection's time, measured on ``bench.ledger``).
+Reading: three round trips per batch, each in the (stream, version) index's order
+(``read_stream_rows``): the cell streams (small events), the capture streams of the
+attempts they name, and which of the supervisor cells' ingest streams exist.
+No query per stream (each a thread hop and a future), no sort of the big captures into
+log order, and no stream list of the whole log: memory stays that of a batch. A
+supervisor cell's ingested lines (a long run ingests many, its workers' output among
+them) are read for that cell alone, when it is projected: memory holds one cell's, not a
+batch's. A cell's capture and ingest rows stay encoded until the cell is projected, so
+its transcript is folded while its decoded parts are still in the CPU's cache (decoding
+a whole batch first made every part a cache miss: a fifth of the projection's time,
+measured on ``bench.ledger``).
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ def _is_supervisor_cell(records: Sequence[Recorded]) -> bool:
 class _Cell(NamedTuple):
     # Its own stream, decoded (small: its attempts and arm are read from it).
     records: list[Recorded]
-    # Its capture and ingest streams, decoded when the cell is projected.
-    rows: list[StoredRow]
+    # Its capture streams, decoded when the cell is projected.
+    captured: list[StoredRow]
+    # Its ingest streams that have events (supervisor cells), read when it is projected.
+    ingested: list[str]
 
 
 async def _read(store: EventStore, cell_ids: Sequence[str]) -> dict[str, _Cell]:
@@ -81,12 +86,14 @@ async def _read(store: EventStore, cell_ids: Sequence[str]) -> dict[str, _Cell]:
         if _is_supervisor_cell(own[cell_stream(c)])
         for n in attempts[c]
     ]
-    # Missing streams read as empty: asking for an ingest stream that does not exist
-    # costs nothing more in the same query.
-    rows = await store.read_stream_rows([s for _, s in capture_streams + ingest_streams])
-    cells = {c: _Cell(own[cell_stream(c)], []) for c in cell_ids}
-    for c, s in capture_streams + ingest_streams:
-        cells[c].rows.extend(rows[s])
+    captured = await store.read_stream_rows([s for _, s in capture_streams])
+    ingested = await store.stream_versions([s for _, s in ingest_streams])
+    cells = {c: _Cell(own[cell_stream(c)], [], []) for c in cell_ids}
+    for c, s in capture_streams:
+        cells[c].captured.extend(captured[s])
+    for c, s in ingest_streams:
+        if s in ingested:
+            cells[c].ingested.append(s)
     return cells
 
 
@@ -99,7 +106,10 @@ async def project_batch(store: EventStore, cells: Sequence[tuple[str, str]]) -> 
     resolutions: list[CellResolution] = []
     for cell_id, run_id in cells:
         cell = read.pop(cell_id)
-        records = cell.records + decode_rows(cell.rows)
+        records = cell.records + decode_rows(cell.captured)
+        if cell.ingested:
+            ingested = await store.read_stream_rows(cell.ingested)
+            records += decode_rows([row for s in cell.ingested for row in ingested[s]])
         lines, resolution = cell_projection(cell_id, records, run_id, stats)
         out += map(serialize_rollout_line_bytes, lines)
         if resolution is not None:

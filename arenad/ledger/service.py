@@ -283,9 +283,10 @@ async def project_store(
     SQLite store's: another store is projected here alone). The ledger is the same bytes
     whatever their number (``arenad.ledger.workers``).
 
-    Memory is bounded by a few batches of cells (or one worktree's transcripts), never
-    the log: cells are read ``READ_BATCH_CELLS`` at a time (two batches per worker at
-    most), and lines go to the file as they are made.
+    Memory is bounded by a few batches of cells (and one supervisor cell's ingested lines
+    per process, or one worktree's transcripts), never the log: cells are read
+    ``READ_BATCH_CELLS`` at a time (two batches per worker at most), and lines go to the
+    file as they are made.
     """
     scope = f"{campaign}:" if campaign is not None else ""
     all_cells = [cell_of(s) for s in await store.streams(CELL + scope)]
