@@ -268,16 +268,24 @@ async def build(home: Path, start: int, stop: int, messages: int) -> None:
 # --------------------------------------------------------------------------- children
 
 
-def peak_rss_kib() -> int:
-    """This process's own peak RSS. Not ``wait4``'s ru_maxrss: Linux folds the parent's
-    RSS at spawn time into a child's, which would make every child look as big as us."""
+def _vm_hwm_kib(pid: int | str) -> int | None:
+    """A process's own peak RSS (its VmHWM), or None when it cannot be read (gone)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as fh:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
     except OSError:
         pass
+    return None
+
+
+def peak_rss_kib() -> int:
+    """This process's own peak RSS. Not ``wait4``'s ru_maxrss: Linux folds the parent's
+    RSS at spawn time into a child's, which would make every child look as big as us."""
+    kib = _vm_hwm_kib("self")
+    if kib is not None:
+        return kib
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -328,14 +336,9 @@ class _Workers:
                 except OSError:
                     continue  # a thread that ended meanwhile
                 for pid in map(int, pids):
-                    try:
-                        status = Path(f"/proc/{pid}/status").read_text()
-                    except OSError:
-                        continue
-                    for line in status.splitlines():
-                        if line.startswith("VmHWM:"):
-                            kib = int(line.split()[1])
-                            self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
+                    kib = _vm_hwm_kib(pid)
+                    if kib is not None:
+                        self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
 
     def stop(self) -> None:
         self._stop.set()
@@ -457,10 +460,11 @@ def run(small: int, large: int, messages: int, workdir: Path, repeat: int) -> di
     large_rss = results[str(large)]["projection_rss_kib"]
     results["rss_ratio"] = large_rss / small_rss
     workers = results[str(large)]["worker_rss_kib"]
+    # No worker ran (a small ledger is projected in one process): no figure, not a 0.
+    worker_peak = f"the largest worker process {_mb(workers)}" if workers else "no worker process"
     print(
         f"projection peak RSS {large} / {small} cells: {results['rss_ratio']:.2f}x"
-        f" ({_mb(large_rss)} / {_mb(small_rss)}; the largest worker process"
-        f" {_mb(workers)});"
+        f" ({_mb(large_rss)} / {_mb(small_rss)}; {worker_peak});"
         " time ratio = projection / baseline wall time, cpu ratio = the same for CPU time"
         " (every thread and worker process)"
     )
