@@ -185,9 +185,7 @@ class _LedgerFile:
         self.count = 0
 
     def write(self, line: Mapping[str, Any]) -> None:
-        self.out.write(serialize_rollout_line_bytes(line))
-        self.out.write(b"\n")
-        self.count += 1
+        self.write_serialized((serialize_rollout_line_bytes(line),))
 
     def write_serialized(self, lines: Iterable[bytes]) -> None:
         """Lines already serialized (without their newlines)."""
