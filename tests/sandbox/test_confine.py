@@ -25,6 +25,7 @@ from arenad.sandbox.confine import (
     venv_base,
 )
 from events.specs import SandboxSpec
+from tests.daemon.support import wait_for
 
 pytestmark = pytest.mark.skipif(probe_host() is None, reason="bubblewrap is not installed")
 
@@ -154,26 +155,6 @@ def _live(marker: str) -> list[int]:
     return pids
 
 
-def _gone(marker: str, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not _live(marker):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _seen(marker: str, timeout_s: float = 10.0) -> bool:
-    """A live process with ``marker`` in its command line is found (polled: a process in
-    the middle of an exec may show an empty command line for a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if _live(marker):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("kind", ["bwrap", "none"])
 async def test_a_setsid_child_does_not_outlive_a_sandboxed_command(
     tmp_path: Path, kind: str
@@ -193,9 +174,11 @@ async def test_a_setsid_child_does_not_outlive_a_sandboxed_command(
     assert result.code == 0 and result.stdout_text == "started\n"
     try:
         if kind == "bwrap":
-            assert _gone(marker), "the setsid'd child outlived the sandbox"
+            wait_for(lambda: not _live(marker), "the setsid'd child to die with the sandbox", 10)
         else:
-            assert _seen(marker), "without a sandbox the leftover survives (today's hole)"
+            # Without a sandbox the leftover survives (today's hole). Polled: a process in
+            # the middle of an exec may show an empty command line for a moment.
+            wait_for(lambda: _live(marker), "the leftover outside a sandbox to show", 10)
     finally:
         for pid in _live(marker):
             os.kill(pid, signal.SIGKILL)
