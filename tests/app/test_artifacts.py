@@ -7,9 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.arms.support import daemon_until_idle, submit, supervisor_campaign
+from tests.arms.support import daemon_until_idle, supervisor_campaign
 from tests.conftest import make_repo
-from tests.daemon.support import cli, env_with, read_all
+from tests.daemon.support import cli, env_with, read_all, submitted
 
 CELL = "exp:i1:SUP:0"
 
@@ -24,7 +24,7 @@ def test_export_writes_the_daemon_s_documents_into_deleted_run_dirs(tmp_path: Pa
     verdict = json.dumps({"resolved": True, "score": 1, "note": "ünïcode"})
     with camp.open("a") as f:
         f.write(f"[judge]\ncommand = {json.dumps(f'printf %s {json.dumps(verdict)}')}\n")
-    submit(home, camp)
+    submitted(home, camp)
     daemon_until_idle(home, env_with(FAKE_SUP_MODE="ok"), tmp_path / "daemon.err")
     (run_dir,) = {p.parent for p in home.rglob("result.json")}
     originals = {n: (run_dir / n).read_bytes() for n in ("result.json", "judge.json")}

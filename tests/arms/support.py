@@ -12,7 +12,7 @@ from pathlib import Path
 from arenad.ingest.lines import line_bytes
 from events.base import Event, Recorded
 from events.ingest import FileTruncated, IngestionClosed, LineIngested, LineMalformed
-from tests.daemon.support import read_all, start_daemon, submitted
+from tests.daemon.support import read_all, start_daemon
 
 DRIVER = Path(__file__).resolve().parents[1] / "fakes" / "supervisor-driver"
 SUP_RUN = Path(".loops") / "supervisor" / "sup-1"
@@ -76,10 +76,6 @@ read_only = {json.dumps([*sandbox_shares(), *shares])}
 """
     )
     return path
-
-
-def submit(home: Path, campaign: Path) -> None:
-    submitted(home, campaign)
 
 
 def daemon_until_idle(

@@ -31,12 +31,11 @@ from tests.arms.support import (
     daemon_until_idle,
     live_group_members,
     stream_events,
-    submit,
     supervisor_campaign,
     supervisor_files,
 )
 from tests.conftest import make_repo
-from tests.daemon.support import env_with
+from tests.daemon.support import env_with, submitted
 
 CELL = "sup:i1:SUP:0"
 
@@ -58,7 +57,7 @@ def _run(
         timeout_s=timeout_s,
         opencode_bin=opencode_bin,
     )
-    submit(home, camp)
+    submitted(home, camp)
     env = env_with(FAKE_SUP_MODE=mode, FAKE_SUP_PAUSE="0.2")
     records = daemon_until_idle(home, env, tmp_path / "daemon.err")
     return home, stream_events(records, f"cell/{CELL}"), stream_events(records, f"ingest/{CELL}/1")
@@ -245,7 +244,7 @@ def test_an_unknown_provenance_fails_the_cell_and_launches_nothing(tmp_path: Pat
     loops = tmp_path / "loops"  # a checkout that is not a git repository
     loops.mkdir()
     camp = supervisor_campaign(tmp_path / "c.toml", name="sup", repo=repo, base=base, loops=loops)
-    submit(home, camp)
+    submitted(home, camp)
     records = daemon_until_idle(home, env_with(FAKE_SUP_MODE="ok"), tmp_path / "daemon.err")
     cell = stream_events(records, f"cell/{CELL}")
     failed = _one(cell, ev.CellFailed)

@@ -29,11 +29,10 @@ from tests.arms.support import (
     line_events,
     live_group_members,
     stream_events,
-    submit,
     supervisor_campaign,
 )
 from tests.conftest import make_repo
-from tests.daemon.support import cli, env_with
+from tests.daemon.support import cli, env_with, submitted
 from tests.opencode_support import RunningModel
 
 CELL = "supoc:i1:SUP:0"
@@ -115,7 +114,7 @@ def _submitted(tmp_path: Path, opencode_bin: Path, timeout_s: float) -> Path:
         driver_model="scripted/driver",
         opencode_bin=opencode_bin,
     )
-    submit(home, camp)
+    submitted(home, camp)
     return home
 
 

@@ -38,11 +38,10 @@ from events.ingest import LineIngested
 from tests.arms.support import (
     SUP_RUN,
     assert_files_ingested_exactly,
-    submit,
     supervisor_campaign,
 )
 from tests.conftest import built_once, make_repo
-from tests.daemon.support import cli, read_all, start_daemon
+from tests.daemon.support import cli, read_all, start_daemon, submitted
 from tests.opencode_support import RunningModel
 
 pytestmark = pytest.mark.slow
@@ -120,7 +119,7 @@ opencode_bin = {json.dumps(str(opencode))}
 """
     )
     home = root / "home"
-    submit(home, camp)
+    submitted(home, camp)
     model = start_model(_script("fixer"))
     config = model.opencode_config(provider_id="scripted")
     env = {**os.environ, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
@@ -149,7 +148,7 @@ def _supervisor(root: Path, opencode: Path, start_model: Callable[[str], Running
         shares=install_roots(str(opencode), "", "/"),
     )
     home = root / "home"
-    submit(home, camp)
+    submitted(home, camp)
     model = start_model(_script("worker"))
     config = model.opencode_config(provider_id="scripted")
     env = {

@@ -21,11 +21,10 @@ from tests.arms.support import (
     assert_closed_once,
     assert_files_ingested_exactly,
     daemon_until_idle,
-    submit,
     supervisor_campaign,
 )
 from tests.conftest import make_repo
-from tests.daemon.support import cli, env_with, start_daemon, wait_for
+from tests.daemon.support import cli, env_with, start_daemon, submitted, wait_for
 
 CELL = "restart:i1:SUP:0"
 INGEST = f"ingest/{CELL}/1"
@@ -59,7 +58,7 @@ def test_kill_9_mid_stream_then_restart_ingests_every_line_once(tmp_path: Path) 
     camp = supervisor_campaign(
         tmp_path / "c.toml", name="restart", repo=repo, base=base, loops=loops, timeout_s=120
     )
-    submit(home, camp)
+    submitted(home, camp)
     # The driver streams STREAM_LINES lines over several seconds after its workers settle.
     env = env_with(
         FAKE_SUP_MODE="stream",
