@@ -202,6 +202,8 @@ def _write_general(value: Any, out: list[str]) -> None:
         _write_object(value, out)
     elif isinstance(value, list | tuple):
         _write_array(value, out)
+    elif type(value) is msgspec.Raw:
+        out.append(str(value, "utf-8"))  # JSON text already (an encoded transcript)
     else:
         raise TypeError(f"{type(value).__name__} is not JSON-able")
 
@@ -260,7 +262,9 @@ def _msgspec_ready(value: Any) -> Any:
     alike; it differs on integral floats (``1.0``), on the exponent form (``1e16``,
     ``1e-6``), on ints past 2**53 and on NaN/Infinity — so a float is taken as it is
     only when it is not integral and 1e-5 <= |x| < 1e15, where both print the same
-    shortest digits in plain notation. Raises ``_NeedsPython`` for the rest.
+    shortest digits in plain notation. A ``msgspec.Raw`` is JSON text already (a
+    transcript encoded when it was captured, ``arenad.chat``): written as it is, by both
+    writers. Raises ``_NeedsPython`` for the rest.
     """
     kind = type(value)
     if kind is dict:
@@ -275,7 +279,7 @@ def _msgspec_ready(value: Any) -> Any:
         if 1e-5 <= abs(value) < 1e15 and not value.is_integer():
             return value
         return _raw_number(value)
-    if isinstance(value, PlainJsonList):
+    if isinstance(value, PlainJsonList) or kind is msgspec.Raw:
         return value
     raise _NeedsPython
 

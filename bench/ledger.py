@@ -1,7 +1,7 @@
 """Benchmark: `arenad project-ledger` over a synthetic log of solo and supervisor cells.
 
     .venv/bin/python -m bench.ledger [--quick] [--small 1000] [--large 10000] [--messages 30]
-        [--repeat 3]
+        [--repeat 3] [--folded-here]
 
 The log is built through the real SqliteEventStore of a real home (batched appends, the
 cells read model kept in the same transactions): every cell goes submitted → materialized
@@ -9,7 +9,9 @@ cells read model kept in the same transactions): every cell goes submitted → m
 cells (one opencode session, a subagent session in one of three), one in three supervisor
 cells (two worker sessions, one unmatched worker cwd in one of four). Every session holds
 ``--messages`` messages (a user prompt, then assistant steps with reasoning, text or a
-tool call and its output), stored as opencode's message/part rows.
+tool call and its output), stored as opencode's message/part rows, each session with
+the fold recovery keeps of it (``--folded-here``: without, as captures recorded before
+it was kept, so the projection folds every session's rows itself).
 
 The small log is built first and copied; the large one continues it. Each measurement runs
 in a fresh subprocess (peak RSS: the child's own VmHWM), ``--repeat`` times (the best run
@@ -62,7 +64,10 @@ def _text(seed: int, words: int) -> str:
 # --------------------------------------------------------------------------- synthesis
 
 
-def _session(cell: int, sid: str, parent: str | None, cwd: str, purpose: str, messages: int) -> Any:
+def _session(
+    cell: int, sid: str, parent: str | None, cwd: str, purpose: str, messages: int, kept: bool
+) -> Any:
+    from arenad.recovery.opencode_transcript import session_transcript
     from events import capture as cap
 
     created = T0 + cell * 1000
@@ -125,10 +130,12 @@ def _session(cell: int, sid: str, parent: str | None, cwd: str, purpose: str, me
         row=row,
         messages=msgs,
         parts=parts,
+        # Folded as recovery folds a session it captures.
+        transcript=session_transcript(msgs, parts, sid) if kept else None,
     )
 
 
-def cell_requests(i: int, messages: int) -> list[Any]:
+def cell_requests(i: int, messages: int, kept: bool = True) -> list[Any]:
     """The appends of one finished cell: its stream and its capture stream."""
     from arenad.store.base import AppendRequest
     from events import capture as cap
@@ -228,7 +235,8 @@ def cell_requests(i: int, messages: int) -> list[Any]:
     captures: list[Any]
     if supervisor:
         captures = [
-            _session(i, f"ses_{i}_w{k}", None, worker_cwds[k], "worker", messages) for k in range(2)
+            _session(i, f"ses_{i}_w{k}", None, worker_cwds[k], "worker", messages, kept)
+            for k in range(2)
         ]
         if i % 4 == 3:
             captures.append(cap.WorkerCwdUnmatched(attempt=1, cwd=worker_cwds[2]))
@@ -239,10 +247,12 @@ def cell_requests(i: int, messages: int) -> list[Any]:
             worker_tok_sqlite=80000,
         )
     else:
-        captures = [_session(i, f"ses_{i}_root", None, f"{run_dir}/ws", "solo", messages)]
+        captures = [_session(i, f"ses_{i}_root", None, f"{run_dir}/ws", "solo", messages, kept)]
         if i % 3 == 0:
             captures.append(
-                _session(i, f"ses_{i}_sub", f"ses_{i}_root", f"{run_dir}/ws", "solo", messages)
+                _session(
+                    i, f"ses_{i}_sub", f"ses_{i}_root", f"{run_dir}/ws", "solo", messages, kept
+                )
             )
         spend = ev.SpendFigures(sessions=len(captures), tokens_in=36000, cost_usd=0.04)
     events.append(ev.CellRecovered(attempt=1, store_available=True, spend=spend))
@@ -252,7 +262,7 @@ def cell_requests(i: int, messages: int) -> list[Any]:
     ]
 
 
-async def build(home: Path, start: int, stop: int, messages: int) -> None:
+async def build(home: Path, start: int, stop: int, messages: int, kept: bool = True) -> None:
     """Append cells ``start..stop-1`` to the home's log, ``APPEND_BATCH_CELLS`` per
     transaction (the read model is kept in the same transactions, as the daemon does)."""
     from arenad.home import Home, open_store
@@ -261,7 +271,7 @@ async def build(home: Path, start: int, stop: int, messages: int) -> None:
         for lo in range(start, stop, APPEND_BATCH_CELLS):
             requests = []
             for i in range(lo, min(stop, lo + APPEND_BATCH_CELLS)):
-                requests += cell_requests(i, messages)
+                requests += cell_requests(i, messages, kept)
             await store.append_many(requests)
 
 
@@ -401,16 +411,20 @@ def _best(*args: str, repeat: int) -> dict[str, Any]:
     return min((measure(*args) for _ in range(repeat)), key=lambda r: r["seconds"])
 
 
-def run(small: int, large: int, messages: int, workdir: Path, repeat: int) -> dict[str, Any]:
+def run(
+    small: int, large: int, messages: int, workdir: Path, repeat: int, kept: bool = True
+) -> dict[str, Any]:
     homes = {small: workdir / f"home-{small}", large: workdir / f"home-{large}"}
     t = time.perf_counter()
-    asyncio.run(build(homes[small], 0, small, messages))
+    asyncio.run(build(homes[small], 0, small, messages, kept))
     shutil.copytree(homes[small], homes[large])
-    asyncio.run(build(homes[large], small, large, messages))
+    asyncio.run(build(homes[large], small, large, messages, kept))
     build_s = time.perf_counter() - t
     db_bytes = (homes[large] / "arenad.db").stat().st_size
     print(
-        f"log: {large} cells ({messages} messages per transcript), {_mb(db_bytes // 1024)}"
+        f"log: {large} cells ({messages} messages per transcript,"
+        f" {'each session folded at capture' if kept else 'no fold kept'}),"
+        f" {_mb(db_bytes // 1024)}"
         f" on disk, built in {build_s:.1f} s through SqliteEventStore"
         f" ({APPEND_BATCH_CELLS} cells per append); best of {repeat} runs each"
     )
@@ -479,6 +493,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--messages", type=int, default=30, help="messages per transcript")
     parser.add_argument("--keep", type=Path, help="build in this dir and keep it")
     parser.add_argument(
+        "--folded-here",
+        action="store_true",
+        help="captures without their kept fold (an older log): the projection folds them",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=3,
@@ -504,9 +523,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("need 0 < --small < --large")
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
-        return run(small, large, messages, args.keep, args.repeat)
+        return run(small, large, messages, args.keep, args.repeat, not args.folded_here)
     with tempfile.TemporaryDirectory(prefix="arenad-bench-ledger-") as d:
-        return run(small, large, messages, Path(d), args.repeat)
+        return run(small, large, messages, Path(d), args.repeat, not args.folded_here)
 
 
 if __name__ == "__main__":

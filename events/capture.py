@@ -24,6 +24,19 @@ class PartRow(msgspec.Struct, frozen=True, kw_only=True):
     data: str
 
 
+class SessionTranscript(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's ledger messages, folded from its rows when it was captured (by
+    ``arenad.recovery.opencode_transcript``), so a projection copies them instead of
+    folding every row again. Derived, never the only record: the rows are kept beside it,
+    and a projection whose rules are not ``rules`` folds the rows itself."""
+
+    rules: int
+    # The messages as the compact JSON array a ledger line carries ([] with a gap).
+    messages: msgspec.Raw
+    # Why the session cannot be a line's transcript (a tool name that is not a string).
+    gap: str | None = None
+
+
 class AgentSessionCaptured(Event, tag="capture.opencode-session", frozen=True, kw_only=True):
     """One opencode session row with its messages and parts, read from the cell's store."""
 
@@ -40,6 +53,8 @@ class AgentSessionCaptured(Event, tag="capture.opencode-session", frozen=True, k
     parts: list[PartRow]
     # Parts/messages the reader could not read (a store integrity gap, kept visible).
     unreadable: list[str] = msgspec.field(default_factory=list)
+    # The fold of messages and parts; None in captures recorded before it was kept.
+    transcript: SessionTranscript | None = None
 
 
 class AgentStoreUnavailable(Event, tag="capture.store-unavailable", frozen=True, kw_only=True):

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -97,6 +98,16 @@ def test_compact_insertion_order() -> None:
     value = {"z": 1, "a": [1.0, {"y": None, "b": "x"}], "m": {}}
     assert js_stringify(value) == '{"z":1,"a":[1,{"y":null,"b":"x"}],"m":{}}'
     assert js_stringify((1, 2)) == "[1,2]"
+
+
+def test_raw_json_text_is_written_as_it_is_on_both_paths() -> None:
+    # An encoded transcript (arenad.chat) inside a line: copied, never re-encoded.
+    raw = msgspec.Raw(b'[{"role":"user","content":"hi"}]')
+    assert js_stringify({"m": raw, "n": 1.5}) == '{"m":[{"role":"user","content":"hi"}],"n":1.5}'
+    # A lone surrogate elsewhere sends the line to the Python writer: the same bytes.
+    line = {"m": raw, "x": "\ud800", "k": 1.0}
+    assert js_stringify(line) == _js_stringify_python(line)
+    assert js_stringify(line) == '{"m":[{"role":"user","content":"hi"}],"x":"\\ud800","k":1}'
 
 
 def test_array_index_keys_come_first_like_every_js_object() -> None:

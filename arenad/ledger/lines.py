@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from arenad.chat import ChatMessages, has_messages
 from arenad.ledger.rollout import ROLLOUT_SCHEMA, assert_rollout_line
 
 __all__ = [
@@ -124,7 +125,7 @@ def rollout_line(
     head: LineHead,
     task: Task,
     policy: Policy,
-    messages: list[Any],
+    messages: ChatMessages,
     outcome: Outcome,
     cost: Cost,
     artifacts: Artifacts,
@@ -200,7 +201,7 @@ def tally_line(stats: LedgerStats, line: dict[str, Any], ctx: str) -> None:
     stats["lines"] += 1
     by_role: dict[str, int] = stats["byRole"]
     by_role[line["role"]] = by_role.get(line["role"], 0) + 1
-    if line["messages"]:
+    if has_messages(line["messages"]):
         stats["fullTranscripts"] += 1
     else:
         stats["gapLines"] += 1

@@ -27,7 +27,9 @@ the event that recorded it:
 - Solo/command cell → one ``agent`` line. Its messages are the captured sessions of
   purpose solo/command in this order: root sessions (no parent among the captured ones)
   by (time_created, id), then the child sessions by (time_created, id), each session's
-  transcript concatenated. ``transcript_ref`` names the first root.
+  transcript concatenated (the fold its capture kept, as the bytes the line holds, or
+  its rows folded here: ``arenad.recovery.opencode_transcript``). ``transcript_ref``
+  names the first root.
 - Supervisor cell → one ``supervisor`` line (brain gap), then its ``worker`` lines as
   the reference joins them: per worker cwd (the recovered ``worker_cwds``, deduplicated,
   first seen first), one line per captured session of that directory by
@@ -60,6 +62,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from arenad.cell import supervisor_figures as figures
+from arenad.chat import has_messages, join_messages
 from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
 from arenad.ledger.lines import (
@@ -78,13 +81,13 @@ from arenad.ledger.lines import (
     rollout_line,
     stats_json,
 )
-from arenad.ledger.opencode_transcript import (
+from arenad.ledger.rollout import rollout_id
+from arenad.recovery.opencode_transcript import (
     OpencodeSessionInfo,
     ledger_transcript,
     opencode_session_info,
     session_time_created,
 )
-from arenad.ledger.rollout import join_messages, rollout_id
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
@@ -387,7 +390,7 @@ def _agent_line(
     gap = next((g for _, g in transcripts if g is not None), None)
     messages = join_messages(m for m, _ in transcripts) if gap is None else []
     root_id = roots[0].session_id if roots else None
-    if not messages and gap is None:
+    if not has_messages(messages) and gap is None:
         if a.unavailable is not None:
             gap = f"opencode store unavailable: {a.unavailable.error}"
         elif not sessions:
@@ -525,13 +528,15 @@ def _worker_line(
     cwd: str | None,
     session: cap.AgentSessionCaptured | None,
     gap: str | None,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[str, Any], bool]:
+    """The worker's line, and whether it carries a transcript."""
     messages, hostile = ledger_transcript(session) if session is not None else ([], None)
+    full = has_messages(messages)
     gap = hostile if hostile is not None else gap
     info = opencode_session_info(session.row) if session is not None else None
     reward, source = _reward(a)
     key = session.session_id if session is not None else f"cwd:{cwd}"
-    if not messages and gap is None and session is not None:
+    if not full and gap is None and session is not None:
         gap = f"opencode session {session.session_id} has no readable message parts"
     rid = rollout_id(run_id, cell_id, n, "worker", key)
     line = rollout_line(
@@ -556,7 +561,7 @@ def _worker_line(
                 "has_session": session is not None,
                 "unreadable": len(session.unreadable) if session is not None else None,
             },
-            is_completed=session is not None and len(messages) > 0,
+            is_completed=session is not None and full,
             is_truncated=False,
             error=None,
         ),
@@ -568,7 +573,7 @@ def _worker_line(
         ),
         Provenance(captured_at=captured_at, gap=gap),
     )
-    return line, len(messages)
+    return line, full
 
 
 def _worker_entries(a: _Attempt) -> list[tuple[str | None, cap.AgentSessionCaptured | None, str]]:
@@ -670,7 +675,7 @@ def cell_projection(
         count_line(lines, stats, sup, f"{ctx} supervisor line")
         parent = sup["rollout_id"]
         for cwd, session, gap in _worker_entries(a):
-            line, count = _worker_line(
+            line, full = _worker_line(
                 run_id,
                 cell_id,
                 n,
@@ -686,7 +691,7 @@ def cell_projection(
             if session is None:
                 stats["workerCwdsMissed"] += 1
             else:
-                stats["workerSessionsJoined" if count else "workerSessionsEmpty"] += 1
+                stats["workerSessionsJoined" if full else "workerSessionsEmpty"] += 1
             count_line(lines, stats, line, f"{ctx} worker line")
     return CellProjection(lines, _resolution(spec, attempts))
 

@@ -38,9 +38,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
+import msgspec
+
+from arenad.chat import CheckedChatMessages
 from arenad.errors import ArenadError
 from arenad.js import (
-    PlainJsonList,
     iso_ms,
     js_date_parse,
     js_round,
@@ -57,7 +59,6 @@ __all__ = [
     "ROLLOUT_ROLES",
     "ROLLOUT_SCHEMA",
     "ROLLOUT_SPLITS",
-    "CheckedChatMessages",
     "GateCheckId",
     "InvalidRolloutLine",
     "assert_minted",
@@ -66,7 +67,6 @@ __all__ = [
     "gate_errors",
     "gate_gamed_outcome",
     "iso_ms",
-    "join_messages",
     "js_round",
     "rollout_id",
     "serialize_ledger",
@@ -103,28 +103,6 @@ ROLLOUT_ID_NAMESPACE: Final = uuid.UUID("b761e035-a147-512d-9092-45dbea57e1f5")
 
 class InvalidRolloutLine(ArenadError, ValueError):
     """A line that does not validate (a producer defect, not a user mistake)."""
-
-
-class CheckedChatMessages(PlainJsonList):
-    """Chat messages a transcript reader built in the schema's shape, which it vouches
-    for: each a dict with a chat ``role``, ``content`` a str or None, ``reasoning_content``
-    a str when present, ``tool_call_id`` a str on (and only on) ``tool`` messages,
-    ``tool_calls`` a list of ``{id: str, type: "function", function: {name: str,
-    arguments: str}}``, any other key a str — and plain JSON (``PlainJsonList``). The
-    validator does not walk them (they are most of a line); a reader that cannot vouch
-    for a transcript (a tool name that is not a str) returns a plain list, which is."""
-
-
-def join_messages(transcripts: Iterable[list[Any]]) -> list[Any]:
-    """Transcripts one after the other, still vouched for when every one of them was."""
-    parts = list(transcripts)
-    if len(parts) == 1:
-        return parts[0]
-    vouched = all(type(part) is CheckedChatMessages for part in parts)
-    joined: list[Any] = CheckedChatMessages() if vouched else []
-    for part in parts:
-        joined.extend(part)
-    return joined
 
 
 # --------------------------------------------------------------------------- readers
@@ -634,7 +612,9 @@ def validate_rollout_line(line: object) -> list[str]:
                 errors.append(f"policy.{key}: expected string|null when present")
 
     messages = get("messages", _MISSING)
-    if not isinstance(messages, list):
+    if type(messages) is msgspec.Raw:
+        pass  # an encoded transcript: vouched for by its reader (arenad.chat)
+    elif not isinstance(messages, list):
         errors.append("messages: expected array")
     elif type(messages) is not CheckedChatMessages:
         for i, message in enumerate(messages):

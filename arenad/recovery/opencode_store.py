@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from arenad.recovery.opencode_transcript import session_transcript
 from events.capture import (
     AgentSessionCaptured,
     AgentStoreUnavailable,
@@ -220,17 +221,20 @@ def _capture(
             parts.append(PartRow(id=part_id, message_id=message_id, data=data))
     parent = row.get("parent_id")
     directory = row.get("directory")
+    session = str(session_id)
     return AgentSessionCaptured(
         attempt=attempt,
         purpose=purpose,
         store_path=store_path,
-        session_id=str(session_id),
+        session_id=session,
         parent_id=None if parent is None else str(parent),
         directory="" if directory is None else str(directory),
         row=row,
         messages=messages,
         parts=parts,
         unreadable=unreadable,
+        # Folded once here, so no projection has to fold every row again.
+        transcript=session_transcript(messages, parts, session),
     )
 
 

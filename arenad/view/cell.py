@@ -21,7 +21,7 @@ import msgspec
 
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost
-from arenad.ledger.opencode_transcript import ChatMessage, capture_chat_messages
+from arenad.recovery.opencode_transcript import ChatMessage, capture_chat_messages
 from arenad.view.diff import DiffLine, diff_lines
 from events import capture as cap
 from events import cell as ev

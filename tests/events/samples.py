@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from events import capture, cell, control, ingest
 from events.base import Event
 from events.specs import CellSpec, InstanceSpec, MaterializerSpec, SoloArm, SupervisorArm
@@ -212,6 +214,9 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         row={"id": "ses_1", "title": "fix", "time_created": 1},
         messages=[capture.MessageRow(id="msg_1", time_created=2, data='{"role":"user"}')],
         parts=[capture.PartRow(id="prt_1", message_id="msg_1", data='{"type":"text"}')],
+        transcript=capture.SessionTranscript(
+            rules=1, messages=msgspec.Raw(b'[{"role":"user","content":""}]')
+        ),
     ),
     capture.AgentStoreUnavailable: lambda a: capture.AgentStoreUnavailable(
         attempt=a, store_path="/h/run/opencode.db", error="no such file"

@@ -32,10 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from arenad.ledger import service
 from arenad.ledger.service import project_store
+from arenad.recovery.opencode_transcript import session_transcript
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import capture as cap
@@ -356,10 +358,22 @@ def _cells() -> list[tuple[CellSpec, list[Event], list[Event]]]:
     ]
 
 
-async def build_log(db: Path) -> None:
+def _kept(capture: Event) -> Event:
+    """The capture as recovery records it today: with its session's fold kept."""
+    if not isinstance(capture, cap.AgentSessionCaptured):
+        return capture
+    kept = session_transcript(capture.messages, capture.parts, capture.session_id)
+    return msgspec.structs.replace(capture, transcript=kept)
+
+
+async def build_log(db: Path, *, kept: bool = False) -> None:
+    """The log; ``kept``: the sessions carry the fold recovery keeps (else they are
+    captures recorded before it was kept, and the projection folds their rows)."""
     store = await SqliteEventStore.open(db, clock=_clock())
     try:
         for spec, cell_events, captures in _cells():
+            if kept:
+                captures = [_kept(c) for c in captures]
             requests = [
                 AppendRequest(f"cell/{spec.cell_id}", 0, [ev.CellSubmitted(spec=spec)]),
             ]
@@ -382,14 +396,16 @@ async def project(db: Path, out: Path, jobs: int = 1) -> dict[str, Any]:
 
 
 # In one process, then shared with worker processes two cells a batch, so that every
-# process projects several batches and their counts are summed: the same bytes.
+# process projects several batches and their counts are summed: the same bytes. And the
+# same bytes whether the captures kept their sessions' folds or the projection folds them.
+@pytest.mark.parametrize("kept", [False, True], ids=["folded-here", "kept-at-capture"])
 @pytest.mark.parametrize("jobs", [1, 2, 3])
 def test_cell_lines_match_the_golden_bytes(
-    tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, jobs: int, kept: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(service, "READ_BATCH_CELLS", 2)
     db, out = tmp_path / "events.db", tmp_path / "ledger.jsonl"
-    asyncio.run(build_log(db))
+    asyncio.run(build_log(db, kept=kept))
     stats = asyncio.run(project(db, out, jobs))
     golden = GOLDEN.read_text(encoding="utf-8").split("\n", 1)
     assert json.loads(golden[0]) == stats

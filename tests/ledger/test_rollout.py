@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from arenad.js import js_stringify_bytes
 from arenad.ledger.rollout import (
     GATE_CHECK_IDS,
     ROLLOUT_ID_NAMESPACE,
@@ -145,6 +147,13 @@ def test_valid_lines_pass(role: str) -> None:
     assert assert_minted(line) == line
     # A line must survive the trip through its own bytes.
     assert validate_rollout_line(json.loads(serialize_rollout_line(line))) == []
+
+
+def test_an_encoded_transcript_is_vouched_for_and_written_as_it_is() -> None:
+    line = make_line()
+    encoded = msgspec.Raw(js_stringify_bytes(line["messages"]))
+    assert validate_rollout_line(make_line(messages=encoded)) == []
+    assert serialize_rollout_line(make_line(messages=encoded)) == serialize_rollout_line(line)
 
 
 def test_unknown_keys_are_never_rejected() -> None:

@@ -20,9 +20,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from arenad.ledger.opencode_transcript import capture_chat_messages, opencode_session_info
+from arenad.js import js_stringify_bytes
 from arenad.recovery.opencode_spend import USAGE_COLUMNS, session_spend, sup_spend, tree_spend
 from arenad.recovery.opencode_store import capture_session_tree, capture_sessions_by_directory
+from arenad.recovery.opencode_transcript import capture_chat_messages, opencode_session_info
 from tests.recovery.opencode_fixture import file_state
 
 pytestmark = pytest.mark.slow
@@ -200,6 +201,11 @@ def test_capture_and_project_a_store_the_real_cli_wrote(
         {"role": "user", "content": "SUBTASK-PROMPT hi"},
         {"role": "assistant", "content": "child done"},
     ]
+    # Each capture keeps its fold: the same messages, as the bytes a ledger line holds.
+    for capture in (root, child):
+        assert capture.transcript is not None and capture.transcript.gap is None
+        kept = bytes(capture.transcript.messages)
+        assert kept == js_stringify_bytes(capture_chat_messages(capture))
 
     # Per step: input 1000-200 = 800, cache read 200, output 50-7 = 43, reasoning 7.
     spend = session_spend(root)

@@ -449,6 +449,9 @@ def test_rows_that_cannot_be_read_are_listed_not_dropped_silently(store: StoreWr
     joined = "\n".join(cap.unreadable)
     for name in ("msg_bad_time", "msg_bad_bytes", "prt_bytes"):
         assert name in joined
+    # The fold it keeps is of the rows it could read.
+    assert cap.transcript is not None
+    assert bytes(cap.transcript.messages) == b'[{"role":"user","content":"\xc3\xa9"}]'
 
 
 def test_parts_of_other_sessions_messages_are_not_taken(store: StoreWriter) -> None:
@@ -467,6 +470,7 @@ def test_captures_round_trip_through_the_event_codec(store: StoreWriter) -> None
     cap = _captures(capture_session_tree(store.path, None, 1))[0]
     decoded = decode_event(encode_event(cap), event_tag(cap), 1)
     assert decoded == cap
+    assert decoded.transcript is not None and bytes(decoded.transcript.messages)[:1] == b"["
 
 
 def test_paths_with_uri_characters(tmp_path: Path) -> None:

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
-from arenad.js import js_stringify
-from arenad.ledger.opencode_transcript import (
+import msgspec
+import pytest
+
+from arenad.chat import EMPTY_ENCODED
+from arenad.js import js_stringify, js_stringify_bytes
+from arenad.recovery.opencode_transcript import (
+    TRANSCRIPT_RULES,
     capture_chat_messages,
+    ledger_transcript,
     opencode_chat_messages,
     opencode_session_info,
+    session_transcript,
 )
-from events.capture import AgentSessionCaptured, MessageRow, PartRow
+from events.capture import AgentSessionCaptured, MessageRow, PartRow, SessionTranscript
 
 
 class Session:
@@ -45,7 +53,27 @@ class Session:
         return mid
 
     def chat(self) -> list[dict[str, Any]]:
+        check_the_kept_fold(self)
         return opencode_chat_messages(self.messages, self.parts)
+
+
+def check_the_kept_fold(s: Session) -> None:
+    """What a capture keeps of the session is what the projection would fold from its
+    rows, byte for byte; the ledger is handed the kept bytes."""
+    capture = _capture(s, {"id": "ses_1"})
+    folded, gap = ledger_transcript(capture)  # no fold kept: the rows are folded
+    kept = session_transcript(s.messages, s.parts, "ses_1")
+    if kept is None:  # only a lone surrogate, which no msgspec decoder would read back
+        with pytest.raises(UnicodeEncodeError):
+            msgspec.json.encode(folded)
+        return
+    assert (kept.rules, bytes(kept.messages), kept.gap) == (
+        TRANSCRIPT_RULES,
+        js_stringify_bytes(folded),
+        gap,
+    )
+    with_kept = msgspec.structs.replace(capture, transcript=kept)
+    assert ledger_transcript(with_kept) == (kept.messages, gap)
 
 
 def text(t: Any, **extra: Any) -> dict[str, Any]:
@@ -300,3 +328,85 @@ def test_capture_chat_messages_and_session_info() -> None:
     bare = opencode_session_info({"id": "s", "directory": "/w", "model": "not json"})
     assert (bare.model_id, bare.provider_id, bare.parent_id, bare.agent) == (None,) * 4
     assert bare.time_created == 0
+
+
+def test_a_lone_surrogate_is_not_kept_and_the_rows_are_folded_again() -> None:
+    s = Session()
+    s.user(text("\ud83d"))
+    assert session_transcript(s.messages, s.parts, "ses_1") is None
+    assert js_stringify(s.chat()) == '[{"role":"user","content":"\\ud83d"}]'
+
+
+def test_a_hostile_tool_name_is_kept_as_its_gap() -> None:
+    s = Session()
+    s.assistant(START, tool("c1", 42, done({}, "ok")), FINISH)
+    kept = session_transcript(s.messages, s.parts, "ses_1")
+    assert kept == SessionTranscript(
+        rules=TRANSCRIPT_RULES,
+        messages=EMPTY_ENCODED,
+        gap="opencode session ses_1: a tool part's name is 42, not a string",
+    )
+    check_the_kept_fold(s)
+
+
+def test_a_fold_kept_under_other_rules_is_not_used() -> None:
+    s = Session()
+    s.user(text("hi"))
+    stale = SessionTranscript(rules=TRANSCRIPT_RULES - 1, messages=msgspec.Raw(b'["stale"]'))
+    capture = msgspec.structs.replace(_capture(s, {"id": "ses_1"}), transcript=stale)
+    assert ledger_transcript(capture) == ([{"role": "user", "content": "hi"}], None)
+    current = msgspec.structs.replace(stale, rules=TRANSCRIPT_RULES)
+    capture = msgspec.structs.replace(capture, transcript=current)
+    assert ledger_transcript(capture) == (msgspec.Raw(b'["stale"]'), None)
+
+
+def _rules_corpus() -> list[Session]:
+    """Sessions that exercise every rule of the fold, for the digest below."""
+    user = Session()
+    user.user(text("a"), text(""), text(7), {"type": "file"}, text("b"))
+    user.user()
+    steps = Session()
+    steps.user(text("fix it"))
+    steps.assistant(
+        reasoning("think"),
+        text("before any step"),
+        START,
+        reasoning(""),
+        reasoning("plan"),
+        text("one"),
+        text(""),
+        tool("c1", "bash", done({"cmd": "ls", "n": 1}, "out")),
+        tool("c2", None, done(None, None)),
+        tool("c3", "read", done({"0": "x"}, {"lines": [1, 2.5]})),
+        tool(7, "skipped"),
+        FINISH,
+        START,
+        {"type": "snapshot", "snapshot": "s"},
+        {"type": "patch", "hash": "h"},
+        FINISH,
+        START,
+        text("last"),
+        tool("c4", "bash", {"status": "error", "error": "boom"}),
+        tool("c5", "bash", "not an object"),
+    )
+    steps.message({"role": "system"})
+    steps.message("not json")
+    bad = Session()
+    bad.assistant("{broken", '"str"', text("kept"), '{"type":"text","text":"x","type":"tool"}')
+    hostile = Session()
+    hostile.assistant(START, tool("c1", ["x"], done({}, "ok")))
+    return [user, steps, bad, hostile]
+
+
+# The digest of the corpus's folds under each TRANSCRIPT_RULES: when a change to the fold
+# moves it, bump TRANSCRIPT_RULES and add the new digest (a capture keeps the fold of its
+# day; a forgotten bump would hand the ledger a fold these rules no longer make).
+RULES_DIGESTS = {1: "c1a07e5ab106cb02f0d7cbf9e8858ffb6e4db9a2a8a335526ea093eaa3e50878"}
+
+
+def test_the_rules_number_names_the_fold_it_makes() -> None:
+    folds = [ledger_transcript(_capture(s, {"id": "ses_1"})) for s in _rules_corpus()]
+    digest = hashlib.sha256(js_stringify_bytes([[m, g] for m, g in folds])).hexdigest()
+    assert RULES_DIGESTS.get(TRANSCRIPT_RULES) == digest, (
+        "the transcript fold changed: bump TRANSCRIPT_RULES and record this digest"
+    )

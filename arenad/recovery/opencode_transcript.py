@@ -28,21 +28,29 @@ schema's ``function.name`` is a string), so ``ledger_transcript`` turns that ses
 a labeled gap instead of failing the whole projection.
 
 Messages are plain dicts in exactly that key order (ledger bytes are compared).
+
+Each session is folded once, when it is captured (``session_transcript``): the capture
+keeps the messages' JSON bytes under the number of the rules that folded them
+(``TRANSCRIPT_RULES``), and ``ledger_transcript`` hands those bytes to the ledger while
+the rules are the same. A capture without them (recorded before they were kept), or
+folded under other rules, is folded again from its rows, so the lines are the same
+either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
+from arenad.chat import EMPTY_ENCODED, ChatMessages, CheckedChatMessages
 from arenad.js import js_parse, js_stringify
-from arenad.ledger.rollout import CheckedChatMessages
-from events.capture import AgentSessionCaptured, MessageRow, PartRow
+from events.capture import AgentSessionCaptured, MessageRow, PartRow, SessionTranscript
 
 __all__ = [
+    "TRANSCRIPT_RULES",
     "ChatMessage",
     "OpencodeSessionInfo",
     "capture_chat_messages",
@@ -50,7 +58,14 @@ __all__ = [
     "opencode_chat_messages",
     "opencode_session_info",
     "session_time_created",
+    "session_transcript",
 ]
+
+# The number of the rules above. Bump it with any change to what some rows fold to:
+# captures keep the messages folded under the number of their day, and a capture folded
+# under another number is folded again (tests/recovery/test_opencode_transcript.py holds
+# a digest of the folds of its sessions under each number, to catch a forgotten bump).
+TRANSCRIPT_RULES: Final = 1
 
 ChatMessage = dict[str, Any]
 
@@ -392,21 +407,49 @@ def opencode_session_info(row: dict[str, Any]) -> OpencodeSessionInfo:
     )
 
 
-def ledger_transcript(capture: AgentSessionCaptured) -> tuple[list[ChatMessage], str | None]:
+def _ledger_messages(
+    messages: Iterable[MessageRow], parts: Sequence[PartRow], session_id: str
+) -> tuple[list[ChatMessage], str | None]:
     """The session's messages for a ledger line, and None; or no messages and the gap's
     label when a tool name is not a string (the reference would throw on it; arenad's
     rule is that bad input becomes a labeled gap, never a failed projection)."""
-    messages = capture_chat_messages(capture)
-    if type(messages) is CheckedChatMessages:
-        return messages, None
+    folded = opencode_chat_messages(messages, parts)
+    if type(folded) is CheckedChatMessages:
+        return folded, None
     bad = next(
         call["function"]["name"]
-        for m in messages
+        for m in folded
         for call in m.get("tool_calls", ())
         if type(call["function"]["name"]) is not str
     )
     shown = js_stringify(bad)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return CheckedChatMessages(), (
-        f"opencode session {capture.session_id}: a tool part's name is {shown}, not a string"
+        f"opencode session {session_id}: a tool part's name is {shown}, not a string"
     )
+
+
+def session_transcript(
+    messages: Iterable[MessageRow], parts: Sequence[PartRow], session_id: str
+) -> SessionTranscript | None:
+    """What a capture keeps of its session's fold: the ledger's messages as the compact
+    JSON array the ledger writes (or the gap's label and ``[]``). None when the messages
+    hold a lone surrogate: JSON.stringify escapes it, and no msgspec decoder would read
+    the log back, so such a capture is folded again at each projection."""
+    folded, gap = _ledger_messages(messages, parts, session_id)
+    try:
+        # The vouched messages are plain JSON: msgspec writes them as JSON.stringify does.
+        encoded = msgspec.Raw(_encode_json(folded)) if folded else EMPTY_ENCODED
+    except UnicodeEncodeError:
+        return None
+    return SessionTranscript(rules=TRANSCRIPT_RULES, messages=encoded, gap=gap)
+
+
+def ledger_transcript(capture: AgentSessionCaptured) -> tuple[ChatMessages, str | None]:
+    """The session's messages for a ledger line (encoded when the capture kept its fold
+    under today's rules), and None; or no messages and the gap's label when a tool name
+    is not a string."""
+    kept = capture.transcript
+    if kept is not None and kept.rules == TRANSCRIPT_RULES:
+        return kept.messages, kept.gap
+    return _ledger_messages(capture.messages, capture.parts, capture.session_id)
