@@ -26,6 +26,9 @@ A tool part whose ``tool`` is neither a string nor null (hostile or broken store
 as it is, like JS, by ``opencode_chat_messages``; a ledger line cannot carry it (the
 schema's ``function.name`` is a string), so ``ledger_transcript`` turns that session into
 a labeled gap instead of failing the whole projection.
+A tool input or output nested more than ``MAX_NESTING`` deep is refused
+(``NestedTooDeeply``; JS would write it, Python's writers would run out of stack) and
+becomes such a gap too.
 
 Messages are plain dicts in exactly that key order (ledger bytes are compared).
 
@@ -50,8 +53,10 @@ from arenad.js import js_parse, js_stringify
 from events.capture import AgentSessionCaptured, MessageRow, PartRow, SessionTranscript
 
 __all__ = [
+    "MAX_NESTING",
     "TRANSCRIPT_RULES",
     "ChatMessage",
+    "NestedTooDeeply",
     "OpencodeSessionInfo",
     "capture_chat_messages",
     "ledger_transcript",
@@ -66,6 +71,10 @@ __all__ = [
 # under another number is folded again (tests/recovery/test_opencode_transcript.py holds
 # a digest of the folds of its sessions under each number, to catch a forgotten bump).
 TRANSCRIPT_RULES: Final = 1
+
+# How deep a tool's input or output may nest and still be written (real ones nest a few
+# levels; Python's writers recurse, about two frames a level, under a 1 000-frame limit).
+MAX_NESTING: Final = 100
 
 ChatMessage = dict[str, Any]
 
@@ -140,13 +149,42 @@ def _role(text: str) -> Any:
     return value.get("role") if value is not None else None
 
 
+class NestedTooDeeply(ValueError):
+    """A tool part's input or output nested deeper than ``MAX_NESTING``: not written."""
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds containers more than ``limit`` deep (no recursion)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        below: list[Any] = []
+        for item in level:
+            if type(item) is dict:
+                below.extend(item.values())
+            elif type(item) is list:
+                below.extend(item)
+        if not below:
+            return False
+        level = below
+    return any(type(item) is dict or type(item) is list for item in level)
+
+
+def _json_text(value: Any) -> str:
+    """``JSON.stringify(value)`` of a tool's input or output. JS writes any depth, but
+    the Python writers recurse: past ``MAX_NESTING`` (only a hostile store nests so deep)
+    the session is refused, not left to how deep the caller's stack happens to be."""
+    if _nested_deeper_than(value, MAX_NESTING):
+        raise NestedTooDeeply
+    return js_stringify(value)
+
+
 def _tool_output(state: _ToolState | None) -> str:
     output = state.output if state is not None else None
     if type(output) is str:
         return output
     if output is None:
         return ""
-    return js_stringify(output)
+    return _json_text(output)
 
 
 def _arguments(state: _ToolState | None) -> str:
@@ -158,12 +196,12 @@ def _arguments(state: _ToolState | None) -> str:
     if type(value) is dict:
         for key, item in value.items():
             if type(item) is not str or "0" <= key < ":":
-                return js_stringify(value)
+                return _json_text(value)
         try:
             return str(_encode_json(value), "utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the JS escape
             return js_stringify(value)
-    return js_stringify(value)
+    return _json_text(value)
 
 
 def _joined(texts: list[str]) -> str:
@@ -327,7 +365,8 @@ def _parts_by_message(parts: Sequence[PartRow]) -> dict[str, list[PartRow]]:
 def opencode_chat_messages(
     messages: Iterable[MessageRow], parts: Sequence[PartRow]
 ) -> list[ChatMessage]:
-    """One session's captured rows as canonical messages (see the module docstring)."""
+    """One session's captured rows as canonical messages (see the module docstring).
+    Raises ``NestedTooDeeply`` for a tool input or output it will not write."""
     by_message = _parts_by_message(parts)
     out: list[ChatMessage] = []
     plain = True
@@ -413,7 +452,13 @@ def _ledger_messages(
     """The session's messages for a ledger line, and None; or no messages and the gap's
     label when a tool name is not a string (the reference would throw on it; arenad's
     rule is that bad input becomes a labeled gap, never a failed projection)."""
-    folded = opencode_chat_messages(messages, parts)
+    try:
+        folded = opencode_chat_messages(messages, parts)
+    except NestedTooDeeply:
+        return CheckedChatMessages(), (
+            f"opencode session {session_id}: a tool part's input or output is nested"
+            f" more than {MAX_NESTING} deep"
+        )
     if type(folded) is CheckedChatMessages:
         return folded, None
     bad = next(

@@ -21,7 +21,12 @@ import msgspec
 
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost
-from arenad.recovery.opencode_transcript import ChatMessage, capture_chat_messages
+from arenad.recovery.opencode_transcript import (
+    MAX_NESTING,
+    ChatMessage,
+    NestedTooDeeply,
+    capture_chat_messages,
+)
 from arenad.view.diff import DiffLine, diff_lines
 from events import capture as cap
 from events import cell as ev
@@ -302,13 +307,19 @@ def _message(m: ChatMessage) -> MessageView:
 
 
 def _session(c: cap.AgentSessionCaptured) -> SessionView:
+    unreadable = list(c.unreadable)
+    try:
+        messages = [_message(m) for m in capture_chat_messages(c)]
+    except NestedTooDeeply:
+        messages = []
+        unreadable.append(f"a tool part nested more than {MAX_NESTING} deep (none shown)")
     return SessionView(
         session_id=c.session_id,
         parent_id=c.parent_id,
         purpose=c.purpose,
         directory=c.directory,
-        messages=[_message(m) for m in capture_chat_messages(c)],
-        unreadable=list(c.unreadable),
+        messages=messages,
+        unreadable=unreadable,
     )
 
 

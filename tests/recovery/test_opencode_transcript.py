@@ -10,7 +10,9 @@ import pytest
 from arenad.chat import EMPTY_ENCODED
 from arenad.js import js_stringify, js_stringify_bytes
 from arenad.recovery.opencode_transcript import (
+    MAX_NESTING,
     TRANSCRIPT_RULES,
+    NestedTooDeeply,
     capture_chat_messages,
     ledger_transcript,
     opencode_chat_messages,
@@ -395,13 +397,18 @@ def _rules_corpus() -> list[Session]:
     bad.assistant("{broken", '"str"', text("kept"), '{"type":"text","text":"x","type":"tool"}')
     hostile = Session()
     hostile.assistant(START, tool("c1", ["x"], done({}, "ok")))
-    return [user, steps, bad, hostile]
+    deep: Any = 0
+    for _ in range(MAX_NESTING + 1):
+        deep = [deep]
+    too_deep = Session()
+    too_deep.assistant(START, tool("c1", "bash", done({}, deep)))
+    return [user, steps, bad, hostile, too_deep]
 
 
 # The digest of the corpus's folds under each TRANSCRIPT_RULES: when a change to the fold
 # moves it, bump TRANSCRIPT_RULES and add the new digest (a capture keeps the fold of its
 # day; a forgotten bump would hand the ledger a fold these rules no longer make).
-RULES_DIGESTS = {1: "c1a07e5ab106cb02f0d7cbf9e8858ffb6e4db9a2a8a335526ea093eaa3e50878"}
+RULES_DIGESTS = {1: "c26ae0544cf0cada447ad315e092ef6f315968cdc8221737c9f00bcd43bf0218"}
 
 
 def test_the_rules_number_names_the_fold_it_makes() -> None:
@@ -410,3 +417,33 @@ def test_the_rules_number_names_the_fold_it_makes() -> None:
     assert RULES_DIGESTS.get(TRANSCRIPT_RULES) == digest, (
         "the transcript fold changed: bump TRANSCRIPT_RULES and record this digest"
     )
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_a_tool_value_nested_too_deep_is_a_gap_not_a_crash(where: str) -> None:
+    deep: Any = "x"
+    for _ in range(MAX_NESTING + 1):
+        deep = [deep]
+    state = {"input": {"n": 1}, "output": "ok", where: {"v": deep} if where == "input" else deep}
+    s = Session()
+    s.assistant(START, tool("c1", "bash", state))
+    gap = (
+        "opencode session ses_1: a tool part's input or output is nested"
+        f" more than {MAX_NESTING} deep"
+    )
+    with pytest.raises(NestedTooDeeply):
+        opencode_chat_messages(s.messages, s.parts)
+    assert ledger_transcript(_capture(s, {"id": "ses_1"})) == ([], gap)
+    kept = session_transcript(s.messages, s.parts, "ses_1")
+    assert kept is not None and (kept.messages, kept.gap) == (EMPTY_ENCODED, gap)
+
+
+def test_a_tool_value_nested_to_the_limit_is_written() -> None:
+    deep: Any = 1
+    for _ in range(MAX_NESTING - 1):
+        deep = [deep]
+    s = Session()
+    s.assistant(START, tool("c1", "bash", done({"v": deep}, deep)))
+    (call, result) = s.chat()
+    assert result["content"] == "[" * (MAX_NESTING - 1) + "1" + "]" * (MAX_NESTING - 1)
+    assert call["tool_calls"][0]["function"]["arguments"] == '{"v":' + result["content"] + "}"

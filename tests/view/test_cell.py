@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from arenad.home import Home, open_store
+from arenad.recovery.opencode_transcript import MAX_NESTING
 from arenad.view.cell import LINES_SHOWN, TEXT_SHOWN, cell_view, excerpt_text
 from arenad.view.pages import cell_page
+from events import capture as cap
 from events import cell as ev
 from events import ingest as ing
 from events.base import Event, Recorded
@@ -134,3 +138,27 @@ def test_base64_excerpts_are_shown_as_text() -> None:
         text=base64.b64encode(raw).decode(), encoding="base64", kept_bytes=5, size=5, sha256="0"
     )
     assert excerpt_text(excerpt) == "caf\ufffd\n"
+
+
+def test_a_session_too_deep_to_write_is_shown_as_unreadable_not_a_failed_page(
+    home: Path,
+) -> None:
+    deep: object = "x"
+    for _ in range(MAX_NESTING + 1):
+        deep = [deep]
+    part = {"type": "tool", "callID": "c9", "tool": "bash", "state": {"output": deep}}
+    records = []
+    for r in asyncio.run(_records(home, XSS_CELL)):
+        if isinstance(r.event, cap.AgentSessionCaptured):
+            row = cap.PartRow(id="prt_zz", message_id="msg_3", data=json.dumps(part))
+            event = msgspec.structs.replace(r.event, parts=[*r.event.parts, row])
+            r = msgspec.structs.replace(r, event=event)
+        records.append(r)
+    view = cell_view(records)
+    assert view is not None
+    (session,) = view.attempts[0].sessions
+    assert session.messages == []
+    assert session.unreadable[-1] == (
+        f"a tool part nested more than {MAX_NESTING} deep (none shown)"
+    )
+    assert "none shown" in cell_page(view)
