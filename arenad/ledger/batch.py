@@ -13,9 +13,10 @@ log order, and no stream list of the whole log: memory stays that of a batch. A
 supervisor cell's ingested lines (a long run ingests many, its workers' output among
 them) are read for that cell alone, when it is projected: memory holds one cell's, not a
 batch's. A cell's capture and ingest rows stay encoded until the cell is projected, so
-its transcript is folded while its decoded parts are still in the CPU's cache (decoding
+the cell is projected while its decoded captures are still in the CPU's cache (decoding
 a whole batch first made every part a cache miss: a fifth of the projection's time,
-measured on ``bench.ledger``).
+measured on ``bench.ledger`` when every transcript was folded here; a capture now keeps
+its session's fold, and only older ones are folded here).
 """
 
 from __future__ import annotations
