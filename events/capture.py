@@ -33,7 +33,8 @@ class SessionTranscript(msgspec.Struct, frozen=True, kw_only=True):
     rules: int
     # The messages as the compact JSON array a ledger line carries ([] with a gap).
     messages: msgspec.Raw
-    # Why the session cannot be a line's transcript (a tool name that is not a string).
+    # Why the session cannot be a line's transcript (a tool name that is not a string,
+    # a tool input or output nested too deep to write).
     gap: str | None = None
 
 

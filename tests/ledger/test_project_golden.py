@@ -32,12 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from arenad.ledger import service
 from arenad.ledger.service import project_store
-from arenad.recovery.opencode_transcript import session_transcript
 from arenad.store.base import AppendRequest
 from arenad.store.sqlite import SqliteEventStore
 from events import capture as cap
@@ -45,6 +43,7 @@ from events import cell as ev
 from events.base import Event
 from events.specs import CellSpec, CommandArm, JudgeSpec
 from tests.events.samples import make_spec
+from tests.recovery.opencode_fixture import with_kept_fold
 
 GOLDEN = Path(__file__).with_name("golden_cells.jsonl")
 T0 = 1_700_000_000_000
@@ -358,14 +357,6 @@ def _cells() -> list[tuple[CellSpec, list[Event], list[Event]]]:
     ]
 
 
-def _kept(capture: Event) -> Event:
-    """The capture as recovery records it today: with its session's fold kept."""
-    if not isinstance(capture, cap.AgentSessionCaptured):
-        return capture
-    kept = session_transcript(capture.messages, capture.parts, capture.session_id)
-    return msgspec.structs.replace(capture, transcript=kept)
-
-
 async def build_log(db: Path, *, kept: bool = False) -> None:
     """The log; ``kept``: the sessions carry the fold recovery keeps (else they are
     captures recorded before it was kept, and the projection folds their rows)."""
@@ -373,7 +364,10 @@ async def build_log(db: Path, *, kept: bool = False) -> None:
     try:
         for spec, cell_events, captures in _cells():
             if kept:
-                captures = [_kept(c) for c in captures]
+                captures = [
+                    with_kept_fold(c) if isinstance(c, cap.AgentSessionCaptured) else c
+                    for c in captures
+                ]
             requests = [
                 AppendRequest(f"cell/{spec.cell_id}", 0, [ev.CellSubmitted(spec=spec)]),
             ]

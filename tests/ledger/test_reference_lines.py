@@ -24,7 +24,6 @@ from arenad.js import iso_ms, js_stringify
 from arenad.ledger.project import BRAIN_GAP, cell_resolution
 from arenad.ledger.rollout import rollout_id, validate_rollout_line
 from arenad.ledger.service import home_id, project_store
-from arenad.recovery.opencode_transcript import session_transcript
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.sqlite import SqliteEventStore
 from events import capture as cap
@@ -32,6 +31,7 @@ from events import cell as ev
 from events import ingest as ing
 from events.base import Event, Recorded
 from tests.events.samples import make_spec
+from tests.recovery.opencode_fixture import with_kept_fold
 
 T0 = 1_760_000_000_000
 JUDGE = "swe-arena-official-judge"
@@ -675,12 +675,6 @@ def _with_tool_named(session: cap.AgentSessionCaptured, name: object) -> cap.Age
     )
 
 
-def _kept(session: cap.AgentSessionCaptured) -> cap.AgentSessionCaptured:
-    """The session with its fold kept, as recovery records it."""
-    kept = session_transcript(session.messages, session.parts, session.session_id)
-    return msgspec.structs.replace(session, transcript=kept)
-
-
 @pytest.mark.parametrize("kept", [False, True], ids=["folded-here", "kept-at-capture"])
 @pytest.mark.parametrize("name", [42, {"x": [1]}, True])
 def test_a_hostile_tool_name_makes_a_labeled_gap_not_a_failed_projection(
@@ -692,7 +686,7 @@ def test_a_hostile_tool_name_makes_a_labeled_gap_not_a_failed_projection(
     log = Log(tmp_path / "events.db")
     log.add(
         (cell_stream_name, cell_events),
-        (capture_stream_name, [_kept(hostile) if kept else hostile]),
+        (capture_stream_name, [with_kept_fold(hostile) if kept else hostile]),
         *supervisor_cell(),
     )
     lines = [json.loads(x) for x in _project_lines(log.db, tmp_path / "ledger.jsonl")]
@@ -709,7 +703,7 @@ def test_a_hostile_tool_name_makes_a_labeled_gap_not_a_failed_projection(
     plain_session = _with_tool_named(session, "bash")
     log2.add(
         (cell_stream_name, cell_events),
-        (capture_stream_name, [_kept(plain_session) if kept else plain_session]),
+        (capture_stream_name, [with_kept_fold(plain_session) if kept else plain_session]),
     )
     (plain,) = [json.loads(x) for x in _project_lines(log2.db, tmp_path / "plain.jsonl")]
     assert "gap" not in plain["provenance"] and plain["messages"][-1]["name"] == "bash"

@@ -1,4 +1,4 @@
-"""Build real opencode-shaped SQLite stores for tests.
+"""Build real opencode-shaped SQLite stores for tests, and captures as recovery keeps them.
 
 The DDL is opencode 1.18.33's for ``project``, ``session``, ``message`` and ``part``
 (facts/opencode.md §1, checked against ``sqlite3 .schema`` of a store the real CLI
@@ -16,6 +16,11 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+import msgspec
+
+from arenad.recovery.opencode_transcript import session_transcript
+from events.capture import AgentSessionCaptured
 
 PROJECT_DDL = """
 CREATE TABLE `project` (
@@ -230,3 +235,9 @@ def file_state(path: Path) -> dict[str, tuple[int, int, bytes]]:
         st = f.stat()
         out[f.name] = (st.st_size, st.st_mtime_ns, f.read_bytes())
     return out
+
+
+def with_kept_fold(capture: AgentSessionCaptured) -> AgentSessionCaptured:
+    """The capture as recovery records it today: with its session's fold kept."""
+    kept = session_transcript(capture.messages, capture.parts, capture.session_id)
+    return msgspec.structs.replace(capture, transcript=kept)

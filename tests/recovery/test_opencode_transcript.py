@@ -20,6 +20,7 @@ from arenad.recovery.opencode_transcript import (
     session_transcript,
 )
 from events.capture import AgentSessionCaptured, MessageRow, PartRow, SessionTranscript
+from tests.recovery.opencode_fixture import with_kept_fold
 
 
 class Session:
@@ -64,7 +65,8 @@ def check_the_kept_fold(s: Session) -> None:
     rows, byte for byte; the ledger is handed the kept bytes."""
     capture = _capture(s, {"id": "ses_1"})
     folded, gap = ledger_transcript(capture)  # no fold kept: the rows are folded
-    kept = session_transcript(s.messages, s.parts, "ses_1")
+    with_kept = with_kept_fold(capture)
+    kept = with_kept.transcript
     if kept is None:  # only a lone surrogate, which no msgspec decoder would read back
         with pytest.raises(UnicodeEncodeError):
             msgspec.json.encode(folded)
@@ -74,7 +76,6 @@ def check_the_kept_fold(s: Session) -> None:
         js_stringify_bytes(folded),
         gap,
     )
-    with_kept = msgspec.structs.replace(capture, transcript=kept)
     assert ledger_transcript(with_kept) == (kept.messages, gap)
 
 
