@@ -46,6 +46,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ingest.FileSnapshotted,
     ingest.FileRefused,
     ingest.IngestionClosed,
+    ingest.InotifyEventsLost,
+    ingest.InotifyWatchFailed,
     capture.AgentSessionCaptured,
     capture.AgentStoreUnavailable,
     capture.WorkerCwdUnmatched,

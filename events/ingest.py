@@ -93,3 +93,23 @@ class IngestionClosed(Event, tag="ingest.closed", frozen=True, kw_only=True):
     """The run ended and every watched file was drained to its end."""
 
     files: dict[str, int]
+
+
+class InotifyEventsLost(Event, tag="ingest.events-lost", frozen=True, kw_only=True):
+    """The kernel's inotify queue overflowed (``fs.inotify.max_queued_events``) and
+    notifications were dropped: every watcher on the instance rescanned its roots at once.
+    Ingestion resumes from offsets, so a rescan neither loses nor repeats a line. Recorded
+    on the ``daemon`` stream for the daemon's shared instance, else on the watcher's own
+    ingest stream."""
+
+    # Watchers (one per run) told to rescan.
+    watchers: int
+
+
+class InotifyWatchFailed(Event, tag="ingest.watch-failed", frozen=True, kw_only=True):
+    """A watcher's notification callback raised. Its watches were removed and it reads its
+    files by periodic rescans from then on; the instance's reader went on for the others."""
+
+    # The watched root directory.
+    path: str
+    error: str

@@ -183,6 +183,9 @@ class Daemon:
         # Every cell's appends (transitions, ingested batches): those that arrive together
         # share a transaction.
         self.group_commit = GroupCommit(store)
+        # Notices of the machine the executor reports (inotify dropped events), recorded
+        # on the daemon stream in order.
+        self._notices: asyncio.Queue[Event] = asyncio.Queue()
 
     # -- control -----------------------------------------------------------------
 
@@ -457,7 +460,10 @@ class Daemon:
                     )
                 ],
             )
-            executor = self._make_executor(self.home, Tools(templates=self.templates))
+            self._side_task(stack, self._record_notices(), "notice recorder")
+            stack.push_async_callback(self._flush_notices)
+            tools = Tools(templates=self.templates, report=self._notices.put_nowait)
+            executor = self._make_executor(self.home, tools)
             self.executor = await stack.enter_async_context(executor)
             await asyncio.to_thread(self.templates.clear)
             stack.push_async_callback(asyncio.to_thread, self.templates.clear)
@@ -486,6 +492,21 @@ class Daemon:
         if self.side_failure is not None:
             raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
         return 0
+
+    async def _record_notices(self) -> None:
+        while True:
+            notice = await self._notices.get()
+            await self.store.append(streams.DAEMON, None, [notice])
+
+    async def _flush_notices(self) -> None:
+        # After the executor closed: what it reported last is recorded too.
+        if self.fatal is not None:
+            return
+        pending = []
+        while not self._notices.empty():
+            pending.append(self._notices.get_nowait())
+        if pending:
+            await self.store.append(streams.DAEMON, None, pending)
 
     async def _schedule(self, executor: Executor) -> None:
         while not self.stopping.is_set():

@@ -19,6 +19,19 @@ Limits are the user's, counted by the kernel: each :class:`Inotify` is one of
 ``fs.inotify.max_user_instances``, each watched directory one of
 ``fs.inotify.max_user_watches``. A watch that cannot be added raises :class:`OSError`
 naming the limit; the watchers then rely on their periodic rescans for that root.
+
+Two things must never stop the one reader thread every watcher shares (watchdog ends it
+for good when a callback raises there, and later files get no notification at all):
+
+- **The kernel drops events** when its queue (``fs.inotify.max_queued_events``) is full,
+  most likely with hundreds of runs writing at once. watchdog then calls each callback's
+  ``on_queue_overflow`` and ``on_events_lost``: every watch on the instance is told to
+  rescan (ingestion resumes from logged offsets, so a rescan repeats nothing), one line is
+  logged, and ``report`` gets one :class:`~events.ingest.InotifyEventsLost`.
+- **A callback raises**: on the reader thread, the callbacks only queue (and catch
+  everything); on the loop, a watcher's ``notify`` that raises is logged, its watch is
+  removed and marked failed (its owner falls back to rescans), ``report`` gets an
+  :class:`~events.ingest.InotifyWatchFailed`, and the other watchers are still told.
 """
 
 from __future__ import annotations
@@ -40,6 +53,9 @@ from watchdog.observers.inotify_c import (
 )
 from watchdog.observers.inotify_c import InotifyConstants as C
 
+from events.base import Event
+from events.ingest import InotifyEventsLost, InotifyWatchFailed
+
 log = logging.getLogger(__name__)
 
 # No open/access/close events: a watcher's own reads must not wake it.
@@ -57,6 +73,12 @@ MASK = (
 Notify = Callable[[bool], None]
 """Called on the loop: ``True`` when entries may have changed, ``False`` for data only."""
 
+Report = Callable[[Event], None]
+"""Called on the loop with what must be recorded (events lost, a watch failed)."""
+
+# A queued item's mask when the kernel dropped events (IN_Q_OVERFLOW's own bit).
+_LOST = C.IN_Q_OVERFLOW
+
 
 class Watch:
     """One directory tree (down to ``depth``) and whom to tell when it changes."""
@@ -71,11 +93,14 @@ class Watch:
         # follows the inode, not the path): its owner should watch the path anew.
         self.healthy = True
         self.active = True
+        # Why its notify raised (it is no longer watched; its owner rescans instead).
+        self.failed: str | None = None
 
 
 class _Callback:
     """One watch's interest in one directory; watchdog calls it on its reader thread,
-    and it only queues what happened for the loop."""
+    and it only queues what happened for the loop. Nothing may escape it: an exception
+    here would end the reader that every watcher shares."""
 
     def __init__(self, owner: Inotify, watch: Watch, path: bytes, level: int) -> None:
         self.owner = owner
@@ -91,15 +116,21 @@ class _Callback:
         self.owner._queue_from_thread((self, C.IN_IGNORED, b""))
 
     def on_queue_overflow(self) -> None:
-        self.owner._queue_from_thread((None, C.IN_Q_OVERFLOW, b""))
+        # Every callback hears it; on_events_lost follows once each has returned.
+        return None
+
+    def on_events_lost(self) -> None:
+        self.owner._queue_from_thread((None, _LOST, b""))
 
 
 class Inotify:
     """One watchdog inotify instance and its reader thread, reporting on the running
-    loop (create it there)."""
+    loop (create it there). ``report`` records what the watchers cannot: dropped events
+    and failed watches (None: they are only logged)."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: Report | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self._report = report
         # Raises OSError (EMFILE: the user's instance limit) with nothing started.
         self._fd = InotifyFD()
         # wd -> the callbacks on it (one per watch that covers the directory).
@@ -181,6 +212,12 @@ class Inotify:
     def _queue_from_thread(self, item: tuple[_Callback | None, int, bytes]) -> None:
         # watchdog's thread. The loop resets the flag *before* it drains, so an item
         # queued after the reset schedules a new drain and one queued before it is seen.
+        try:
+            self._hand_over(item)
+        except BaseException:  # never into watchdog's reader (it would stop for good)
+            log.exception("inotify: could not hand a notification to the loop")
+
+    def _hand_over(self, item: tuple[_Callback | None, int, bytes]) -> None:
         self._queue.append(item)
         if self._scheduled:
             return
@@ -191,11 +228,13 @@ class Inotify:
     def _drain(self) -> None:
         self._scheduled = False
         told: dict[Watch, bool] = {}
+        lost = False
         while self._queue:
             callback, mask, name = self._queue.popleft()
             if self.closed:
                 continue
             if callback is None:  # the kernel dropped events: every watcher rescans
+                lost = True
                 for watch in self._all_watches():
                     told[watch] = True
                 continue
@@ -226,9 +265,37 @@ class Inotify:
                 except OSError as exc:
                     if exc.errno != errno.ENOENT:
                         log.warning("cannot watch a new directory, relying on rescans: %s", exc)
+        if lost:
+            log.warning(
+                "inotify queue overflowed (fs.inotify.max_queued_events): %d watcher(s)"
+                " rescan their files",
+                len(told),
+            )
+            self._record(InotifyEventsLost(watchers=len(told)))
         for watch, rescan in told.items():
             if watch.active:
-                watch.notify(rescan)
+                self._tell(watch, rescan)
+
+    def _tell(self, watch: Watch, rescan: bool) -> None:
+        try:
+            watch.notify(rescan)
+        except Exception as exc:
+            # Its owner's fault, not the others': they are still told. It is watched no
+            # more (a notify that raised once would raise at every write) and rescans.
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("watcher of %s failed, it falls back to rescans: %s", watch.path, error)
+            self.unwatch(watch)
+            watch.failed = error
+            watch.healthy = False
+            self._record(InotifyWatchFailed(path=watch.path, error=error))
+
+    def _record(self, event: Event) -> None:
+        if self._report is None:
+            return
+        try:
+            self._report(event)
+        except Exception:
+            log.exception("inotify: could not record %s", type(event).__name__)
 
     def _all_watches(self) -> set[Watch]:
         return {w for subs in self._subs.values() for w in subs}

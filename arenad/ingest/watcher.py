@@ -43,7 +43,7 @@ from arenad.ingest.offsets import (
 )
 from arenad.ingest.tailer import DEFAULT_CHUNK_SIZE, FileTailer, Mode
 from events.base import Event
-from events.ingest import IngestionClosed
+from events.ingest import IngestionClosed, InotifyEventsLost, InotifyWatchFailed
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +337,10 @@ class RunDirWatcher(LiveLoop):
         self._watches: list[Watch] = []
         self._wake_requested = False
         self._rescan_requested = False
+        # A notify of ours raised in the inotify instance: no more watches, only rescans.
+        self._watch_failed = False
+        # What our own inotify instance reported, delivered at the head of the next batch.
+        self._notes: list[Event] = []
         # Every file drained to its end and IngestionClosed delivered.
         self._drained = False
         self.stats = IngestStats()
@@ -370,7 +374,8 @@ class RunDirWatcher(LiveLoop):
             self._observer = self._shared_observer
         elif self._use_inotify:
             try:
-                self._observer = Inotify()
+                # Its own instance: what it reports goes into this watcher's batches.
+                self._observer = Inotify(report=self._notes.append)
             except OSError as exc:
                 log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 
@@ -452,7 +457,7 @@ class RunDirWatcher(LiveLoop):
 
     def _next_rescan_in(self) -> float:
         """The rescan period: long while inotify watches every root, short otherwise."""
-        if self._observer is None or self._busy:
+        if self._observer is None or self._busy or self._watch_failed:
             return self._rescan_interval
         for root in self._roots:
             if root.watch is None or not root.watch.healthy:
@@ -492,7 +497,8 @@ class RunDirWatcher(LiveLoop):
     def _collect(self) -> tuple[list[Event], int, list[FileTailer]]:
         tailers = self._order
         count = len(tailers)
-        batch: list[Event] = []
+        batch = self._notes[:]
+        self._notes.clear()  # the list, not a new one: our inotify instance appends to it
         touched: list[FileTailer] = []
         nbytes = 0
         if not count:
@@ -519,6 +525,9 @@ class RunDirWatcher(LiveLoop):
         except BaseException:
             for tailer in touched:
                 tailer.rollback()
+            # Notes lead a batch (_collect): they are delivered again with the next one.
+            notes = [e for e in batch if isinstance(e, InotifyEventsLost | InotifyWatchFailed)]
+            self._notes[:0] = notes
             raise
         for tailer in touched:
             tailer.commit()
@@ -532,7 +541,9 @@ class RunDirWatcher(LiveLoop):
                 root.path = root.source.resolve()
                 if root.path is None:
                     continue
-            if root.watch is not None and not root.watch.healthy:
+            if root.watch is not None and root.watch.failed is not None:
+                self._watch_failed = True  # the instance dropped it: rescans from now on
+            elif root.watch is not None and not root.watch.healthy:
                 # Its directory was deleted or moved away: watch what is there now.
                 self._drop_watch(root)
             if not root.watched and not self._busy:
@@ -556,7 +567,7 @@ class RunDirWatcher(LiveLoop):
 
     async def _watch(self, root: _Root) -> bool:
         observer = self._observer
-        if observer is None or root.path is None or observer.closed:
+        if observer is None or root.path is None or observer.closed or self._watch_failed:
             return True
         try:
             watch = observer.watch(str(root.path), root.source.selection.depth, self._notify)

@@ -41,6 +41,7 @@ from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
 from arenad.runs.detached import RunEnd
 from arenad.runs.files import RunFiles
+from events.base import Event
 from events.cell import RunStarted
 from events.specs import CellSpec
 
@@ -100,10 +101,15 @@ class Tools:
     """What a site lends the steps that run there: things of the machine, made once per
     site, never sent anywhere (a step takes what it needs and leaves the rest)."""
 
-    def __init__(self, *, templates: Any = None) -> None:
+    def __init__(
+        self, *, templates: Any = None, report: Callable[[Event], None] | None = None
+    ) -> None:
         # arenad.materialize.WorkspaceTemplates: one prepared checkout per (source, base),
         # copied for each git workspace (None: a fresh clone each time).
         self.templates = templates
+        # Records a notice of the machine's (inotify dropped events, say) on the daemon's
+        # stream; called on the loop (None: the notice is only logged).
+        self.report = report
 
 
 class Observation(abc.ABC):

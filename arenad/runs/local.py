@@ -213,7 +213,7 @@ class LocalExecutor(Executor):
         """Open the shared inotify instance (one descriptor and reader thread)."""
         if self._inotify and self.observer is None:
             try:
-                self.observer = Inotify()
+                self.observer = Inotify(report=self.tools.report)
             except OSError as exc:
                 log.warning("inotify unavailable, ingestion relies on rescans: %s", exc)
 

@@ -24,6 +24,7 @@ from arenad.runs.executor import Observation, Run, RunRequest, Site, Tools
 from arenad.runs.local import LocalExecutor, LocalSite
 from events import cell as ev
 from events.base import Event
+from events.ingest import InotifyEventsLost
 from events.specs import CellSpec
 from tests.conftest import make_repo
 from tests.daemon.support import cli, command_campaign, read_all
@@ -141,3 +142,32 @@ def test_status_names_cells_overdue_in_a_transient_state(tmp_path: Path) -> None
     assert "materialized" in row and "3600" in row and "spawn" in row
     as_json = cli(home.root, "status", "--json", "--as-of", str(at + 3_600_000))
     assert '"overdue":[{"cell_id":"st:i1:CMD:0","state":"materialized"' in as_json.stdout
+
+
+class _LosingExecutor(LocalExecutor):
+    """A local executor whose shared inotify instance reports a loss at start, as the real
+    one does when the kernel's queue overflows (tests/ingest has the real overflow)."""
+
+    async def start(self) -> None:
+        await super().start()
+        assert self.tools.report is not None
+        self.tools.report(InotifyEventsLost(watchers=3))
+
+
+def test_what_the_executor_reports_is_recorded_on_the_daemon_stream(tmp_path: Path) -> None:
+    home = _setup(tmp_path, ["true"])
+    options = DaemonOptions(max_parallel=1, until_idle=True)
+
+    def executor(h: Home, tools: Tools) -> LocalExecutor:
+        return _LosingExecutor(store_path=h.db_path, tools=tools)
+
+    async def go() -> None:
+        async with open_store(home) as store:
+            daemon = Daemon(store, home, options, dict(os.environ), executor=executor)
+            async with asyncio.timeout(45):
+                assert await daemon.run() == 0
+
+    asyncio.run(go())
+    daemon_events = [r.event for r in read_all(home.root) if r.stream == "daemon"]
+    lost = [e for e in daemon_events if isinstance(e, InotifyEventsLost)]
+    assert lost == [InotifyEventsLost(watchers=3)]

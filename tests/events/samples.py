@@ -204,6 +204,10 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         reason="leads outside /h/run/ws (a symbolic link?): not read",
     ),
     ingest.IngestionClosed: lambda a: ingest.IngestionClosed(files={"stdout.jsonl": 47}),
+    ingest.InotifyEventsLost: lambda a: ingest.InotifyEventsLost(watchers=12),
+    ingest.InotifyWatchFailed: lambda a: ingest.InotifyWatchFailed(
+        path="/h/run", error="RuntimeError: notify bug"
+    ),
     capture.AgentSessionCaptured: lambda a: capture.AgentSessionCaptured(
         attempt=a,
         purpose="solo",

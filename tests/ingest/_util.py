@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+import pytest
 
 from arenad.ingest.lines import line_bytes
 from events.base import Event
@@ -67,3 +70,23 @@ def rebuild(events: Iterable[Event], path: str) -> bytes:
 def append(path: Path, data: bytes) -> None:
     with open(path, "ab") as f:
         f.write(data)
+
+
+MAX_QUEUED_EVENTS = Path("/proc/sys/fs/inotify/max_queued_events")
+
+
+@contextlib.contextmanager
+def tiny_inotify_queue(size: int = 4) -> Iterator[None]:
+    """While inside, a new inotify instance gets a kernel queue of ``size`` events (the
+    sysctl is read when an instance is made): make the instance, then leave at once, so
+    other tests' instances made meanwhile are hardly ever affected. Skips where the sysctl
+    cannot be written (not root, or a read-only /proc)."""
+    try:
+        before = MAX_QUEUED_EVENTS.read_text()
+        MAX_QUEUED_EVENTS.write_text(f"{size}\n")
+    except OSError as exc:
+        pytest.skip(f"cannot lower fs.inotify.max_queued_events: {exc}")
+    try:
+        yield
+    finally:
+        MAX_QUEUED_EVENTS.write_text(before)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from arenad.ingest.inotify import Inotify
-from tests.ingest._util import until
+from events.base import Event
+from events.ingest import InotifyEventsLost, InotifyWatchFailed
+from tests.ingest._util import tiny_inotify_queue, until
 
 
 class Told:
@@ -116,3 +118,92 @@ async def test_a_missing_root_raises_and_watches_nothing(tmp_path: Path, inotify
     with pytest.raises(FileNotFoundError):
         inotify.watch(str(tmp_path / "absent"), 1, Told())
     assert inotify.directories == 0
+
+
+async def test_a_real_queue_overflow_tells_every_watch_and_the_reader_goes_on(
+    tmp_path: Path,
+) -> None:
+    # A kernel queue of 4 events and 50 files made at once: the kernel drops events
+    # (IN_Q_OVERFLOW). Every watch hears a rescan, one loss is reported, and the shared
+    # reader is still alive for what comes after.
+    reports: list[Event] = []
+    with tiny_inotify_queue(4):
+        inotify = Inotify(report=reports.append)
+    try:
+        dirs = [tmp_path / f"d{i}" for i in range(3)]
+        told = [Told() for _ in dirs]
+        for d, t in zip(dirs, told, strict=True):
+            d.mkdir()
+            inotify.watch(str(d), 0, t)
+        for i in range(50):
+            write(dirs[i % 3] / f"f{i}", b"x")
+        await until(lambda: bool(reports), what="the overflow report")
+        assert isinstance(reports[0], InotifyEventsLost) and reports[0].watchers == 3
+        await until(lambda: all(True in t.calls for t in told), what="every watch told")
+        for t in told:
+            t.calls.clear()
+        write(dirs[0] / "after", b"y")
+        await until(lambda: True in told[0].calls, what="a notification after the overflow")
+        assert not inotify.closed
+    finally:
+        inotify.close()
+
+
+class _FailsOnce(Inotify):
+    """An instance whose hand-over from the reader thread raises once: what a bug there
+    would do to watchdog's shared reader."""
+
+    raised = False
+
+    def _hand_over(self, item: tuple[object, int, bytes]) -> None:  # type: ignore[override]
+        if not self.raised:
+            self.raised = True
+            raise RuntimeError("a bug on the reader thread")
+        super()._hand_over(item)  # type: ignore[arg-type]
+
+
+async def test_an_exception_on_the_reader_thread_does_not_stop_the_reader(tmp_path: Path) -> None:
+    inotify = _FailsOnce()
+    try:
+        told = Told()
+        inotify.watch(str(tmp_path), 0, told)
+        write(tmp_path / "first", b"x")  # its notification is the one that raises
+        await until(lambda: inotify.raised, what="the failing hand-over")
+        write(tmp_path / "second", b"y")
+        await until(lambda: True in told.calls, what="the reader still reading")
+    finally:
+        inotify.close()
+
+
+async def test_a_watcher_whose_notify_raises_is_dropped_and_the_others_are_still_told(
+    tmp_path: Path,
+) -> None:
+    reports: list[Event] = []
+    inotify = Inotify(report=reports.append)
+    try:
+        bad_dir, good_dir = tmp_path / "bad", tmp_path / "good"
+        bad_dir.mkdir()
+        good_dir.mkdir()
+
+        def bad(rescan: bool) -> None:
+            raise ValueError("the watcher's own bug")
+
+        good = Told()
+        bad_watch = inotify.watch(str(bad_dir), 0, bad)
+        inotify.watch(str(good_dir), 0, good)
+        write(bad_dir / "a", b"x")
+        write(good_dir / "a", b"x")
+        await until(lambda: bool(reports) and bool(good.calls), what="both notified")
+        (failed,) = reports
+        assert isinstance(failed, InotifyWatchFailed)
+        assert failed.path == str(bad_dir) and "ValueError: the watcher's own bug" in failed.error
+        assert bad_watch.failed == failed.error and not bad_watch.healthy
+        assert inotify.directories == 1  # the failed watch was removed
+        for i in range(3):
+            write(good_dir / f"more{i}", b"y")
+            n = len(good.calls)
+            await until(lambda n=n: len(good.calls) > n, what="the good watcher, again")
+        write(bad_dir / "b", b"x")
+        assert len(reports) == 1
+    finally:
+        inotify.close()

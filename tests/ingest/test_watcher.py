@@ -19,15 +19,18 @@ from arenad.ingest.watcher import (
     WatchSource,
     file_source,
 )
+from events.base import Event
 from events.ingest import (
     FileRefused,
     FileSnapshotted,
     FileTruncated,
     IngestionClosed,
+    InotifyEventsLost,
+    InotifyWatchFailed,
     LineIngested,
     LineMalformed,
 )
-from tests.ingest._util import Recorder, append, rebuild, until
+from tests.ingest._util import Recorder, append, rebuild, tiny_inotify_queue, until
 
 
 def _line(kind: str, i: int) -> bytes:
@@ -472,3 +475,79 @@ async def test_links_out_of_the_workspace_are_refused_once_and_never_read(tmp_pa
     assert not [
         e for e in sink.events if isinstance(e, LineIngested) and e.path != "progress.ndjson"
     ]
+
+
+async def test_a_real_overflow_loses_and_repeats_no_line(tmp_path: Path) -> None:
+    # 12 runs share one instance whose kernel queue holds 8 events, and all their files grow
+    # at once: the kernel drops notifications. Rescans an hour apart, so only the overflow's
+    # rescan (and inotify) can deliver: every line arrives exactly once *before* close (whose
+    # final drain would hide a loss), and the overflow is reported.
+    reports: list[Event] = []
+    with tiny_inotify_queue(8):
+        observer = Inotify(report=reports.append)
+    runs, lines_per_file = 12, 40
+    try:
+        dirs = [tmp_path / f"run{i}" for i in range(runs)]
+        sinks = [Recorder() for _ in dirs]
+        watchers = []
+        for d, sink in zip(dirs, sinks, strict=True):
+            d.mkdir()
+            w = RunDirWatcher(
+                [WatchSource("supervisor", d, supervisor_selection())],
+                sink,
+                observer=observer,
+                rescan_interval=3600,
+            )
+            await w.start()
+            watchers.append(w)
+
+        def grow() -> None:
+            for d in dirs:
+                (d / "workers").mkdir()
+            for i in range(lines_per_file):
+                for d in dirs:
+                    append(d / "journal.jsonl", _line("a", i))
+                    append(d / "workers" / f"w{i % 3}.ndjson", _line("w", i))
+
+        await _join(_thread(grow))
+
+        def complete() -> bool:
+            for d, sink in zip(dirs, sinks, strict=True):
+                for f in [d / "journal.jsonl", *(d / "workers").glob("*.ndjson")]:
+                    rel = f.relative_to(d).as_posix()
+                    if rebuild(sink.events, rel) != f.read_bytes():
+                        return False
+            return True
+
+        await until(complete, timeout=60, what="every line of every file, before close")
+        assert any(isinstance(e, InotifyEventsLost) for e in reports), "no real overflow"
+        for w in watchers:
+            await w.close()
+        for d, sink in zip(dirs, sinks, strict=True):
+            for f in [d / "journal.jsonl", *(d / "workers").glob("*.ndjson")]:
+                rel = f.relative_to(d).as_posix()
+                assert rebuild(sink.events, rel) == f.read_bytes()  # contiguous: no repeats
+    finally:
+        observer.close()
+
+
+async def test_a_watcher_with_its_own_instance_records_a_failed_watch_and_rescans(
+    tmp_path: Path,
+) -> None:
+    # A watcher's notify that raises (a bug) must not stop ingestion: the watch is dropped,
+    # the failure goes into the watcher's own batches, and rescans deliver the lines.
+    class Broken(RunDirWatcher):
+        def _notify(self, rescan: bool) -> None:
+            raise RuntimeError("notify bug")
+
+    sink = Recorder()
+    watcher = Broken([file_source("stdout", tmp_path / "out.jsonl")], sink, rescan_interval=0.05)
+    await watcher.start()
+    append(tmp_path / "out.jsonl", _line("a", 1))
+    await until(lambda: len(sink.lines("out.jsonl")) == 1, what="the line, by a rescan")
+    append(tmp_path / "out.jsonl", _line("a", 2))
+    await until(lambda: len(sink.lines("out.jsonl")) == 2, what="the next line, by a rescan")
+    await watcher.close()
+    failed = [e for e in sink.events if isinstance(e, InotifyWatchFailed)]
+    assert len(failed) == 1 and "RuntimeError: notify bug" in failed[0].error
+    assert isinstance(sink.events[-1], IngestionClosed)
