@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,7 +268,32 @@ async def idle_daemon_rss(root: Path) -> int:
         await proc.wait()
 
 
-async def arenad_run(root: Path, cells: int, lines: int, interval: float, idle_rss: int) -> Run:
+MAX_QUEUED_EVENTS = Path("/proc/sys/fs/inotify/max_queued_events")
+
+
+@contextlib.contextmanager
+def inotify_queue(size: int | None) -> Iterator[None]:
+    """``fs.inotify.max_queued_events`` lowered to ``size`` while inside (root only): the
+    daemon's inotify instance, made at its start, then has a queue the kernel overflows."""
+    if size is None:
+        yield
+        return
+    before = MAX_QUEUED_EVENTS.read_text()
+    MAX_QUEUED_EVENTS.write_text(f"{size}\n")
+    try:
+        yield
+    finally:
+        MAX_QUEUED_EVENTS.write_text(before)
+
+
+async def arenad_run(
+    root: Path,
+    cells: int,
+    lines: int,
+    interval: float,
+    idle_rss: int,
+    max_queued_events: int | None = None,
+) -> Run:
     repo = root / "repo"
     base = make_repo(repo)
     home = Home(root / "home")
@@ -277,7 +302,7 @@ async def arenad_run(root: Path, cells: int, lines: int, interval: float, idle_r
     write_campaign(campaign, repo, base, cells, agent_argv(lines, interval))
     await submit_campaign(home, campaign)
     load0 = os.getloadavg()[0]
-    with open(root / "daemon.log", "wb") as log:
+    with open(root / "daemon.log", "wb") as log, inotify_queue(max_queued_events):
         started = time.time_ns()
         proc = await asyncio.create_subprocess_exec(
             str(ARENAD),
@@ -301,7 +326,7 @@ async def arenad_run(root: Path, cells: int, lines: int, interval: float, idle_r
     seen: list[tuple[int, int]] = []
     async with open_store(home) as store:
         ingested: dict[str, list[LineIngested]] = defaultdict(list)
-        recovered = starts = 0
+        recovered = starts = overflows = 0
         async for r in store.read_all(0):
             if isinstance(r.event, LineIngested):
                 ingested[r.stream].append(r.event)
@@ -310,6 +335,8 @@ async def arenad_run(root: Path, cells: int, lines: int, interval: float, idle_r
                 recovered += 1
             elif r.tag == "daemon.started":
                 starts += 1
+            elif r.tag == "ingest.events-lost":
+                overflows += 1
         report = await store.verify_chain()
     for i in range(cells):
         cell = f"capacity:i{i:05d}:TICK:0"
@@ -320,6 +347,8 @@ async def arenad_run(root: Path, cells: int, lines: int, interval: float, idle_r
         if got != cell_writes:
             notes.append(f"{cell}: {len(got)} lines in the log, {len(cell_writes)} written")
     notes.append(f"recovered {recovered}/{cells}, daemon starts {starts}")
+    if max_queued_events is not None:
+        notes.append(f"inotify queue {max_queued_events} events: {overflows} overflow(s) recorded")
     if recovered != cells or starts != 1:
         notes.append("FAILED: not every cell recovered in one daemon run")
     if not report.ok:
@@ -462,7 +491,11 @@ def print_ratios(a: Figures, b: Figures) -> None:
 
 
 async def bench(
-    cells_list: list[int], duration: float, interval: float, only_arenad: bool = False
+    cells_list: list[int],
+    duration: float,
+    interval: float,
+    only_arenad: bool = False,
+    max_queued_events: int | None = None,
 ) -> None:
     lines = max(2, round(duration / interval))
     root = Path(tempfile.mkdtemp(prefix="arenad-capacity-"))
@@ -477,7 +510,10 @@ async def bench(
             runs = []
             if not only_arenad:
                 runs.append(await baseline_run(root / f"baseline-{cells}", cells, lines, interval))
-            runs.insert(0, await arenad_run(root / f"arenad-{cells}", cells, lines, interval, idle))
+            arenad = await arenad_run(
+                root / f"arenad-{cells}", cells, lines, interval, idle, max_queued_events
+            )
+            runs.insert(0, arenad)
             print_figures(runs)
             shutil.rmtree(root / f"baseline-{cells}", ignore_errors=True)
             shutil.rmtree(root / f"arenad-{cells}", ignore_errors=True)
@@ -494,6 +530,11 @@ def main() -> None:
     parser.add_argument(
         "--only-arenad", action="store_true", help="skip the baseline (A/B runs of arenad)"
     )
+    parser.add_argument(
+        "--max-queued-events",
+        type=int,
+        help="lower fs.inotify.max_queued_events for the daemon (root): the kernel overflows",
+    )
     parser.add_argument("--baseline-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -502,7 +543,9 @@ def main() -> None:
         return
     if args.quick:
         args.cells, args.duration = [5], 4.0
-    asyncio.run(bench(args.cells, args.duration, args.interval, args.only_arenad))
+    asyncio.run(
+        bench(args.cells, args.duration, args.interval, args.only_arenad, args.max_queued_events)
+    )
 
 
 if __name__ == "__main__":
