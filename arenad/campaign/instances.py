@@ -10,14 +10,26 @@ object) raises :class:`~arenad.errors.CampaignError` naming the file and the lin
 Parquet values are made JSON-like (what a .jsonl of the same rows would give): dates and
 times become ISO strings, decimals strings, NaN null; pandas' index columns
 (``__index_level_N__``) are not part of a row.
+
+Datasets as the Hugging Face tools keep them, read the same way:
+
+- **a directory written by ``datasets.Dataset.save_to_disk``** (``state.json`` naming its
+  ``.arrow`` shards, Arrow IPC streams): the shards in the order ``state.json`` gives. A
+  ``DatasetDict``'s directory (``dataset_dict.json``) holds one per split: name the split's
+  directory (``DIR/test``), the error lists them;
+- **the hub's parquet shards**: a glob (``data/test-*.parquet``), or a directory whose
+  ``.parquet`` files are all one split's shards, read in name order (shards of several
+  splits in one directory are refused: a glob says which).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import glob
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,21 +174,103 @@ def _parquet(path: Path) -> Iterator[Row]:
                 raise CampaignError(
                     f"{path}: row {n + 1}: cannot be read ({_first_line(exc)})"
                 ) from None
-            for raw in batch.to_pylist():
-                n += 1
-                where = f"{path}: row {n}"
-                yield (
-                    {
-                        str(k): _plain(v, where, str(k))
-                        for k, v in raw.items()
-                        if not str(k).startswith("__index_level_")
-                    },
-                    where,
-                )
+            yield from _batches_rows(path, iter([batch]), n)
+            n += batch.num_rows
+
+
+def _batches_rows(path: Path, batches: Iterator[Any], start: int = 0) -> Iterator[Row]:
+    """The rows of record batches (pyarrow), as JSON-like dicts, numbered from ``start``."""
+    n = start
+    for batch in batches:
+        for raw in batch.to_pylist():
+            n += 1
+            where = f"{path}: row {n}"
+            yield (
+                {
+                    str(k): _plain(v, where, str(k))
+                    for k, v in raw.items()
+                    if not str(k).startswith("__index_level_")
+                },
+                where,
+            )
+
+
+def _arrow_stream(path: Path) -> Iterator[Row]:
+    """One ``.arrow`` shard of a saved dataset (an Arrow IPC stream), a batch at a time."""
+    import pyarrow as pa  # a heavy import, only when a dataset is read
+
+    try:
+        source = pa.memory_map(str(path))
+        reader = pa.ipc.open_stream(source)
+    except (OSError, pa.ArrowException) as exc:
+        raise CampaignError(f"{path}: not a readable Arrow shard ({_first_line(exc)})") from None
+    with source:
+        try:
+            yield from _batches_rows(path, iter(reader))
+        except (OSError, pa.ArrowException) as exc:
+            raise CampaignError(f"{path}: cannot be read ({_first_line(exc)})") from None
+
+
+def _saved_dataset(path: Path, where: str) -> Iterator[Row]:
+    """A ``save_to_disk`` directory: its shards in ``state.json``'s order."""
+    state_file = path / "state.json"
+    try:
+        state = json.loads(state_file.read_bytes())
+        names = [str(f["filename"]) for f in state["_data_files"]]
+    except OSError as exc:
+        raise CampaignError(f"cannot read {state_file}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise CampaignError(
+            f"{state_file}: not a saved dataset's state (no _data_files list)"
+        ) from None
+    for name in names:
+        shard = path / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not shard.is_file():
+            raise CampaignError(f"{state_file}: shard {name!r} is not a file in {path}")
+        yield from _arrow_stream(shard)
+
+
+_SHARD = re.compile(r"^(?P<split>.+?)-\d+-of-\d+\.parquet$")
+
+
+def _parquet_shards(files: list[Path], where: str, what: str) -> Iterator[Row]:
+    if not files:
+        raise CampaignError(f"{where}: instances_file {what} matches no parquet file")
+    bad = [f.name for f in files if f.suffix.lower() != ".parquet"]
+    if bad:
+        raise CampaignError(f"{where}: instances_file {what}: {bad[0]} is not a .parquet file")
+    for f in files:
+        yield from _parquet(f)
+
+
+def _directory(path: Path, where: str) -> Iterator[Row]:
+    if (path / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
+        raise CampaignError(
+            f"{where}: instances_file {path} is a dataset with splits {', '.join(splits)}:"
+            f" name one, e.g. instances_file = \"{path.name}/{splits[0] if splits else 'test'}\""
+        )
+    if (path / "state.json").is_file():
+        return _saved_dataset(path, where)
+    shards = sorted(p for p in path.iterdir() if p.suffix.lower() == ".parquet")
+    names = sorted({m.group("split") for p in shards if (m := _SHARD.match(p.name))})
+    if len(names) > 1:
+        raise CampaignError(
+            f"{where}: instances_file {path} holds the shards of several splits"
+            f" ({', '.join(names)}): name one with a glob, e.g."
+            f" \"{path.name}/{names[0]}-*.parquet\""
+        )
+    return _parquet_shards(shards, where, str(path))
 
 
 def read_rows(path: Path, where: str) -> Iterator[Row]:
-    """The rows of an instances file, by its suffix (``where`` names the key that gave it)."""
+    """The rows of an instances file, by its suffix, a dataset directory, or a glob of
+    parquet shards (``where`` names the key that gave it)."""
+    if glob.has_magic(str(path)):
+        files = sorted(Path(p) for p in glob.glob(str(path)))
+        return _parquet_shards(files, where, repr(str(path)))
+    if path.is_dir():
+        return _directory(path, where)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         return _jsonl(path)

@@ -11,7 +11,8 @@ Every error names the file and the key or row it is about.
     reps = 2
     max_parallel = 4                  # optional cap for this campaign (else the daemon's)
     max_cells = 100000                # refuse a campaign expanding to more cells (default)
-    instances_file = "instances.jsonl"  # .jsonl, .json (an array) or .parquet; or [[instances]]
+    instances_file = "instances.jsonl"  # .jsonl, .json (an array), .parquet, a saved HF
+                                      # dataset dir, parquet shards (dir or glob); or [[instances]]
     instance_ids = ["a__b-1", "c__d-2"] # optional: only these rows (file order is kept)
     instance_filter = "^django__"     # optional: then only ids this regex matches (re.search)
     limit = 50                        # optional: then only the first N of what is left

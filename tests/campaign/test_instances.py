@@ -124,3 +124,48 @@ def test_unreadable_files_are_one_line_naming_file_and_line(
 def test_a_missing_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(CampaignError, match=r"cannot read instances_file .*nope\.jsonl"):
         rows_of(tmp_path / "nope.jsonl")
+
+
+# -- datasets as the Hugging Face tools keep them (written by the real `datasets`) --------
+
+
+def test_a_dataset_saved_to_disk_gives_the_same_rows(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    saved = tmp_path / "saved"
+    # Two shards, so their order (state.json's) is part of what is checked.
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(saved), num_shards=2)
+    rows = rows_of(saved)
+    assert [r for r, _ in rows] == ROWS
+    assert rows[0][1] == f"{saved / 'data-00000-of-00002.arrow'}: row 1"
+
+
+def test_a_dataset_dict_names_its_splits(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    saved = tmp_path / "dict"
+    ds = datasets.Dataset.from_list(ROWS)
+    datasets.DatasetDict({"test": ds, "dev": ds.select([0])}).save_to_disk(str(saved))
+    with pytest.raises(CampaignError, match=r"splits dev, test: name one, e\.g\. instances_file"):
+        rows_of(saved)
+    assert [r for r, _ in rows_of(saved / "dev")] == ROWS[:1]
+
+
+def test_the_hubs_parquet_shards_by_directory_or_glob(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    write_parquet(data / "test-00000-of-00002.parquet", ROWS[:3])
+    write_parquet(data / "test-00001-of-00002.parquet", ROWS[3:])
+    assert [r for r, _ in rows_of(data)] == ROWS
+    write_parquet(data / "dev-00000-of-00001.parquet", ROWS[:1])
+    with pytest.raises(CampaignError, match=r"several splits \(dev, test\): name one with a glob"):
+        rows_of(data)
+    assert [r for r, _ in rows_of(data / "test-*.parquet")] == ROWS
+    with pytest.raises(CampaignError, match="matches no parquet file"):
+        rows_of(data / "train-*.parquet")
+
+
+def test_a_saved_dataset_whose_state_names_a_shard_outside_is_refused(tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "state.json").write_text(json.dumps({"_data_files": [{"filename": "../x.arrow"}]}))
+    with pytest.raises(CampaignError, match="is not a file in"):
+        rows_of(saved)

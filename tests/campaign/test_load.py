@@ -393,7 +393,7 @@ def _rows(n: int) -> list[dict[str, object]]:
     ]
 
 
-def test_parquet_json_and_jsonl_files_give_identical_cells(tmp_path: Path) -> None:
+def test_every_form_of_instances_gives_identical_cells(tmp_path: Path) -> None:
     import json
 
     import pyarrow as pa
@@ -405,12 +405,19 @@ def test_parquet_json_and_jsonl_files_give_identical_cells(tmp_path: Path) -> No
     (tmp_path / "i.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "i.json").write_text(json.dumps(rows))
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "i.parquet", row_group_size=3)
+    # The hub's shards, and a dataset as datasets.save_to_disk leaves it.
+    (tmp_path / "data").mkdir()
+    for k, part in enumerate((rows[:4], rows[4:])):
+        pq.write_table(pa.Table.from_pylist(part), tmp_path / f"data/test-0000{k}-of-00002.parquet")
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"), num_shards=2)
     digests = []
-    for name in ("i.jsonl", "i.json", "i.parquet"):
-        campaign = load_campaign(write(tmp_path, _with_file(GOOD, name), f"{name}.toml"))
+    names = ("i.jsonl", "i.json", "i.parquet", "data/test-*.parquet", "data", "saved")
+    for n, name in enumerate(names):
+        campaign = load_campaign(write(tmp_path, _with_file(GOOD, name), f"c{n}.toml"))
         digests.append([spec_sha256(c) for c in campaign.cells])
     assert len(digests[0]) == 14
-    assert digests[0] == digests[1] == digests[2]
+    assert all(d == digests[0] for d in digests[1:])
 
 
 @pytest.mark.parametrize(
