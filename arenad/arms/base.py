@@ -34,7 +34,7 @@ from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
-from arenad.recovery.usage import usage_from_events
+from arenad.recovery.usage import checked_usage
 from arenad.runs.executor import Site, Tools
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import CellSandbox, confine
@@ -187,9 +187,10 @@ class Arm(abc.ABC):
         default: the whole session tree of the cell's private store, and the seed's usage
         figures summed over the opencode stream's token parts."""
         usage = None
+        found: list[ev.RejectedFigure] = []
         if state.run is None or state.run.stdout_path not in state.capped_outputs:
             # Sums over a stream the cap cut would pass for a whole run's: unknown instead.
-            usage = usage_from_events(await read_ingested())
+            usage, found = checked_usage(await read_ingested())
         db_path = cell_paths(ctx.run_dir).opencode_db
         return await site.call_blocking(
             recover_tree,
@@ -199,6 +200,7 @@ class Arm(abc.ABC):
             self.capture_purpose,
             usage,
             str(ctx.run_dir),
+            found,
         )
 
     async def after_recovered(

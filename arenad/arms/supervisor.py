@@ -47,7 +47,7 @@ from arenad.ingest.watcher import (
 )
 from arenad.js import js_stringify_indented
 from arenad.materialize import gitsafe
-from arenad.recovery.capture import capture_worker_sessions, spend_figures
+from arenad.recovery.capture import capture_worker_sessions, spend_figures, spend_gap
 from arenad.recovery.opencode_spend import sup_spend
 from arenad.recovery.opencode_store import StoreUnavailable
 from arenad.runs.executor import Site, Tools
@@ -346,7 +346,7 @@ def recovered_events(
         gap = None
     summary = figures.summarize(ingested)
     sup = sup_spend(captures, cwds)
-    base = spend_figures(captures) if captures is not None else ev.SpendFigures()
+    base, found = spend_figures(captures) if captures is not None else (ev.SpendFigures(), [])
     spend = msgspec.structs.replace(
         base,
         worker_tok_journal=figures.worker_tok_journal(ingested),
@@ -366,4 +366,6 @@ def recovered_events(
         store_available=captures is not None,
         gap=gap,
         spend=spend,
+        spend_gap=spend_gap(found),
+        rejected=found,
     )
