@@ -373,16 +373,17 @@ class Daemon:
             await runner.drive()
         except _STORE_FATAL as exc:
             self._stop_fatally(exc)
-        except Exception:
+        except Exception as exc:
             log.exception("%s: the cell runner crashed", runner.cell_id)
-            await self._record_crash(runner)
+            await self._record_crash(runner, exc)
         finally:
             self.runners.pop(runner.cell_id, None)
             self.tasks.pop(runner.cell_id, None)
             self.wake.set()
 
-    async def _record_crash(self, runner: CellRunner) -> None:
-        # A bug in a step must not leave the cell looking healthy: fail it, visibly.
+    async def _record_crash(self, runner: CellRunner, exc: Exception) -> None:
+        # A bug in a step must not leave the cell looking healthy: fail it, visibly. The
+        # reason is one line (what failed, and where); the traceback is in the daemon's log.
         try:
             state = await runner.writer.load()
             if not state.terminal:
@@ -391,7 +392,7 @@ class Daemon:
                         ev.CellFailed(
                             attempt=state.attempt,
                             stage=str(state.status),
-                            error=traceback.format_exc(limit=5)[-4000:],
+                            error=crash_reason(exc),
                             classification="infrastructure",
                         )
                     ]
@@ -582,6 +583,23 @@ class Daemon:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
+
+
+def crash_reason(exc: BaseException) -> str:
+    """A step's unexpected exception as a cell's reason: one line, its type, its message
+    and the frame it came from (never a traceback: ``status`` shows the first line)."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"
+    message = " ".join(str(exc).split())
+    text = (
+        f"the daemon's step failed: {type(exc).__name__}: {message}"
+        if message
+        else (f"the daemon's step failed: {type(exc).__name__}")
+    )
+    return (text[:1900] + where)[:2000]
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from arenad.recovery.bounds import MAX_SESSION_TOKENS, MAX_SESSION_USD, out_of_bounds, rejected
@@ -190,7 +190,19 @@ def session_spend(capture: AgentSessionCaptured) -> Spend:
         for attr, (column, _, _) in _FIGURES.items():
             figures.add(attr, row[column], figures.session, column)
         return figures.spend("columns")
-    return _step_finish_spend(capture.parts, capture.session_id)
+    spend = _step_finish_spend(capture.parts, capture.session_id)
+    if capture.omitted_parts:
+        # Parts past the capture's bound may be steps: the sums over the kept ones are not
+        # the session's.
+        gap = rejected(
+            f"session {capture.session_id}",
+            "step-finish parts",
+            f"{capture.omitted_parts} parts not kept",
+            "past the capture's bound: the session's sums are unknown",
+            "store",
+        )
+        return replace(spend, unknown=frozenset(_FIGURES), rejected=(*spend.rejected, gap))
+    return spend
 
 
 def tree_spend(captures: Sequence[AgentSessionCaptured], root_session_id: str) -> Spend:
