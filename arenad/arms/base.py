@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import json
-import os
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import checked_usage
-from arenad.runs.executor import Site, Tools
+from arenad.runs.executor import Site
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import CellSandbox, confine
 from arenad.sandbox.secrets import wrap_bash
@@ -159,11 +158,9 @@ class Arm(abc.ABC):
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> InfraCause | None:
         """Whether a run that failed was failed by the model provider before any model step
-        completed (:mod:`arenad.arms.evidence`): by default read off the agent's stdout
-        stream (ingested) and the tail of its stderr file."""
-        stream = stream_objects(await read_ingested(), "stdout")
-        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
-        return infra_cause(stream, stderr)
+        completed (:mod:`arenad.arms.evidence`): by default read off the structured error
+        events of the agent's stdout stream (ingested), never its stderr."""
+        return infra_cause(stream_objects(await read_ingested(), "stdout"))
 
     def outcome(self, state: CellState) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
@@ -224,25 +221,6 @@ def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[ob
                     pass
             out.append(e.raw)
     return out
-
-
-STDERR_TAIL_BYTES = 64 * 1024
-
-
-def read_tail_step(tools: Tools, path: str) -> str:
-    """Site step: the last bytes of a run's output file ('' if it cannot be read). Never
-    through a symlink: without a sandbox the agent could have planted one there."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f:
-        try:
-            size = os.fstat(fd).st_size
-            f.seek(max(0, size - STDERR_TAIL_BYTES))
-            return f.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
-        except OSError:
-            return ""
 
 
 def write_prompt(ctx: ArmContext, suffix: str) -> Path:

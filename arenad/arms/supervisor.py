@@ -30,11 +30,9 @@ from arenad.arms.base import (
     Outcome,
     ProvenanceError,
     q,
-    read_tail_step,
-    stream_objects,
 )
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
-from arenad.arms.evidence import InfraCause, infra_cause
+from arenad.arms.evidence import InfraCause
 from arenad.atomic import write_atomically
 from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import CellState
@@ -256,12 +254,11 @@ class SupervisorArmRunner(Arm):
     async def infra_cause(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> InfraCause | None:
-        """The driver's own model calls are its brain log's lines: with one, the brain had
-        its turn; without, the driver's stderr is the evidence."""
-        if stream_objects(await read_ingested(), "brain"):
-            return None
-        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
-        return infra_cause([], stderr)
+        """Never, today: the driver's model calls leave no structured error events (its
+        brain log holds per-request stats), and its stderr is written by processes the
+        agent runs, so it is no evidence (:mod:`arenad.arms.evidence`). The model gateway's
+        records are where a supervisor's provider failure will be read from."""
+        return None
 
     def outcome(self, state: CellState) -> Outcome:
         """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""
