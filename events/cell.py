@@ -302,12 +302,25 @@ class TextExcerpt(msgspec.Struct, frozen=True, kw_only=True):
     cut: Literal["none", "head", "tail"] = "none"
 
 
+class PatchFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One file of a patch: its path (where it went, for a rename) and the bytes of its
+    section in the patch."""
+
+    path: str
+    size: int
+
+
 class PatchCaptured(Event, tag="cell.patch-captured", frozen=True, kw_only=True):
     """The attempt's patch (its CellVerified's ``patch_path``), bounded from its head;
     written with the CellVerified, in one transaction."""
 
     attempt: int
     patch: TextExcerpt
+    # Every file of the whole patch, in patch order (arenad.verdict.patch_files), so the
+    # head's cut can hide none; None: recorded before the list was kept.
+    files: list[PatchFile] | None = None
+    # Files past the list's bound, counted.
+    files_omitted: int = 0
 
 
 class VerifyLogCaptured(Event, tag="cell.verify-log-captured", frozen=True, kw_only=True):

@@ -874,7 +874,14 @@ def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | N
     left no result to capture)."""
     out: list[Event] = []
     if patch is not None and patch.excerpt is not None:
-        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+        out.append(
+            ev.PatchCaptured(
+                attempt=attempt,
+                patch=patch.excerpt,
+                files=patch.files,
+                files_omitted=patch.files_omitted,
+            )
+        )
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
     return out
