@@ -242,6 +242,8 @@ def test_forged_stores_fake_failures_and_escapes_change_nothing_they_should_not(
     figures = {c["name"]: c for c in json.loads(cli(home, "campaigns", "--json").stdout)}
     assert figures["trust"]["spent_usd"] == 0.0 and figures["trust"]["unknown_attempts"] == 3
     assert "unknown" in outputs["campaigns"].stdout
+    projected = cli(home, "project-ledger", str(tmp_path / "rollouts.jsonl"))
+    assert projected.returncode == 0, projected.stderr
     budgeted = cli(home, "daemon", "--until-idle", "--max-usd", "1")
     assert budgeted.returncode == 0, budgeted.stderr
 
@@ -383,12 +385,18 @@ def test_a_solo_agent_forging_its_own_store_gets_a_labeled_gap_and_the_home_stay
         if field != "cost":
             assert recovered.spend.cost_usd is not None and recovered.spend.cost_usd > 0
     # The home stays usable, and what it shows is unknown, never the forged numbers.
+    ledger = str(tmp_path / "rollouts.jsonl")
     for args in (("status",), ("status", "--json"), ("campaigns",), ("report",)):
         out = cli(home, *args)
         assert out.returncode == 0, (args, out.stderr)
         assert "1e+300" not in out.stdout and "-1000" not in out.stdout, args
     [line] = json.loads(cli(home, "campaigns", "--json").stdout)
     assert line["unknown_attempts"] == 3 and 0 < line["spent_usd"] < 1
+    projected = cli(home, "project-ledger", ledger)
+    assert projected.returncode == 0, projected.stderr
+    costs = [json.loads(x)["cost"]["usd"] for x in Path(ledger).read_text().splitlines()]
+    assert len(costs) == 4 and costs.count(None) == 3, costs
+    assert all(c is None or 0 < c < 1 for c in costs), costs
     # A daemon holding every campaign to a cap folds that spend at its start.
     budgeted = cli(home, "daemon", "--until-idle", "--max-usd", "5")
     assert budgeted.returncode == 0, budgeted.stderr
