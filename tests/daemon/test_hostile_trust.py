@@ -368,7 +368,8 @@ def test_a_solo_agent_forging_its_own_store_gets_a_labeled_gap_and_the_home_stay
     assert cli(home, "submit", str(camp)).returncode == 0
     daemon = cli(home, "daemon", "--until-idle", env=env)
     assert daemon.returncode == 0, daemon.stderr
-    cells = _by_cell(read_all(home))
+    records = read_all(home)
+    cells = _by_cell(records)
     for iid, (field, _, raw, reason) in FORGED.items():
         events = cells[f"forge:{iid}:SOLO:0"]
         recovered = _one(events, ev.CellRecovered)
@@ -384,6 +385,11 @@ def test_a_solo_agent_forging_its_own_store_gets_a_labeled_gap_and_the_home_stay
         assert recovered.usage is not None and recovered.usage.steps == 2
         if field != "cost":
             assert recovered.spend.cost_usd is not None and recovered.spend.cost_usd > 0
+    # The view shows the gap and the value as read.
+    view = cell_view([r for r in records if "forge:neg:SOLO:0" in r.stream])
+    assert view is not None
+    page = cell_page(view)
+    assert "out of bounds" in page and "<code>-1000.0</code>" in page
     # The home stays usable, and what it shows is unknown, never the forged numbers.
     ledger = str(tmp_path / "rollouts.jsonl")
     for args in (("status",), ("status", "--json"), ("campaigns",), ("report",)):
