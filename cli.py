@@ -60,8 +60,17 @@ EXIT_RUNTIME = 1
 EXIT_USER = 2
 
 
+def echo(text: str, *, err: bool = False) -> None:
+    """Print text that may hold what an agent wrote: control characters escaped."""
+    typer.echo(services.printable(text, newlines=True), err=err)
+
+
+def echo_json(data: bytes) -> None:
+    typer.echo(services.json_printable(data).decode())
+
+
 def fail(message: str, code: int = EXIT_USER) -> None:
-    typer.echo(f"arenad: {message}", err=True)
+    echo(f"arenad: {message}", err=True)
     raise typer.Exit(code)
 
 
@@ -146,9 +155,9 @@ def status(
     result = run(services.status(_ctx.home, campaign, now_ms))
     if json_:
         doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue")}
-        typer.echo(_json.encode(doc).decode())
+        echo_json(_json.encode(doc))
     else:
-        typer.echo(
+        echo(
             status_table(
                 result["count_list"], result["cells"], result["campaigns"], result["overdue"]
             )
@@ -164,9 +173,9 @@ def campaigns(
 ) -> None:
     figures = run(services.campaigns(_ctx.home))
     if json_:
-        typer.echo(_json.encode(figures).decode())
+        echo_json(_json.encode(figures))
     else:
-        typer.echo(services.campaigns_table(figures))
+        echo(services.campaigns_table(figures))
 
 
 @command(
@@ -201,7 +210,7 @@ def history(
         for r in recorded:
             typer.echo(recorded_to_json(r).decode())
     else:
-        typer.echo("\n".join(history_lines(recorded)))
+        echo("\n".join(history_lines(recorded)))
 
 
 @command("Print the event log, optionally following it.", "arenad events --after 100 --json")
@@ -220,7 +229,8 @@ def events(
                 if json_:
                     line = recorded_to_json(r).decode()
                 else:
-                    line = history_lines([r])[0].replace("  #", f"  {r.stream}  #", 1)
+                    stream = services.printable(r.stream)
+                    line = history_lines([r])[0].replace("  #", f"  {stream}  #", 1)
                 sys.stdout.write(line + "\n")
                 if follow:
                     sys.stdout.flush()
@@ -250,7 +260,7 @@ def verify_log(
         note = f"; {checked.anchor}" if checked.anchor else ""
         typer.echo(f"log ok: {report.rows} events, chain verified{note}")
         return
-    typer.echo(
+    echo(
         f"arenad: log tampered or damaged at seq {report.first_bad_seq}: {report.problem}", err=True
     )
     raise typer.Exit(EXIT_RUNTIME)
@@ -279,7 +289,7 @@ def submit(
     result = run(services.submit_campaign(_ctx.home, campaign, dry_run=dry_run, progress=progress))
     if progress is not None:
         sys.stderr.write("\r\033[K")
-    typer.echo("\n".join(services.submit_lines(result)))
+    echo("\n".join(services.submit_lines(result)))
 
 
 def _progress(what: str) -> Callable[[int, int], None] | None:
@@ -474,7 +484,7 @@ def demo(
     services.setup_logging()
     result = run(services.run_demo(_ctx.home, opencode, reps, executor))
     summary = run(services.status(_ctx.home, result.campaign))
-    typer.echo(status_table(summary["count_list"], summary["cells"]))
+    echo(status_table(summary["count_list"], summary["cells"]))
     typer.echo(f"\ncampaign file: {result.campaign_file}")
     typer.echo(f"demo repo:     {result.repo}")
     typer.echo(f"artifacts:     {result.artifacts}")
@@ -549,7 +559,7 @@ def report(
 ) -> None:
     result = run(services.report(_ctx.home, campaign or [], html))
     if json_:
-        typer.echo(services.report_json(result).decode())
+        echo_json(services.report_json(result))
     else:
         services.print_report(result)
 

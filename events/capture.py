@@ -13,15 +13,20 @@ from events.base import Event
 class MessageRow(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     time_created: int
-    # message.data verbatim (JSON text).
+    # message.data verbatim (JSON text), or cut when longer than the capture's bound
+    # (arenad.recovery.capture_bounds): then ``size`` and ``sha256`` are the whole data's.
     data: str
+    size: int | None = None
+    sha256: str | None = None
 
 
 class PartRow(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     message_id: str
-    # part.data verbatim (JSON text).
+    # part.data verbatim (JSON text), or cut as MessageRow.data is.
     data: str
+    size: int | None = None
+    sha256: str | None = None
 
 
 class SessionTranscript(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +61,13 @@ class AgentSessionCaptured(Event, tag="capture.opencode-session", frozen=True, k
     unreadable: list[str] = msgspec.field(default_factory=list)
     # The fold of messages and parts; None in captures recorded before it was kept.
     transcript: SessionTranscript | None = None
+    # What the capture's bounds left out (arenad.recovery.capture_bounds): messages and
+    # parts past the session's or the attempt's budget, counted with their data's bytes.
+    omitted_messages: int = 0
+    omitted_parts: int = 0
+    omitted_bytes: int = 0
+    # What was kept cut: row values (column, size, sha256); cut rows carry their own.
+    cut: list[str] = msgspec.field(default_factory=list)
 
 
 class AgentStoreUnavailable(Event, tag="capture.store-unavailable", frozen=True, kw_only=True):

@@ -170,13 +170,39 @@ class SpendFigures(msgspec.Struct, frozen=True, kw_only=True):
     spent_usd: float | None = None
 
 
+class RejectedFigure(msgspec.Struct, frozen=True, kw_only=True):
+    """A figure read from where the agent can write (its opencode store, its stream) that is
+    out of bounds (``arenad.recovery.bounds``): evidence, never counted. The figure it would
+    have fed is unknown (None)."""
+
+    # "store" (a session row or its step-finish parts) or "stream" (the run's stdout).
+    source: str
+    # Which session ("session ses_1") or which step ("step 3").
+    where: str
+    # "cost", "tokens_input", ...
+    field: str
+    # The value as read, as text ("1e+300", "-1000.0", "inf").
+    raw: str
+    # "negative", "not a finite number", "over the ceiling of 1000".
+    reason: str
+
+
 class CellRecovered(Event, tag="cell.recovered", frozen=True, kw_only=True):
+    # v2: ``spend_gap`` and ``rejected``; a v1 row's non-finite ``usage.oc_cost`` (JSON
+    # null) is upcast to unknown usage with the evidence (events.codec).
+    VERSION = 2
+    v: int = 2
     attempt: int
     store_path: str | None = None
     store_available: bool
     gap: str | None = None
     spend: SpendFigures
     usage: SoloUsage | None = None
+    # Why figures are unknown although the store was read: figures out of bounds, or a
+    # store that is not spend of record (a command arm's: the agent writes it).
+    spend_gap: str | None = None
+    # The out-of-bounds figures, as read (evidence; never added by any fold).
+    rejected: list[RejectedFigure] = msgspec.field(default_factory=list)
 
 
 class CellFailed(Event, tag="cell.failed", frozen=True, kw_only=True):
@@ -276,12 +302,25 @@ class TextExcerpt(msgspec.Struct, frozen=True, kw_only=True):
     cut: Literal["none", "head", "tail"] = "none"
 
 
+class PatchFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One file of a patch: its path (where it went, for a rename) and the bytes of its
+    section in the patch."""
+
+    path: str
+    size: int
+
+
 class PatchCaptured(Event, tag="cell.patch-captured", frozen=True, kw_only=True):
     """The attempt's patch (its CellVerified's ``patch_path``), bounded from its head;
     written with the CellVerified, in one transaction."""
 
     attempt: int
     patch: TextExcerpt
+    # Every file of the whole patch, in patch order (arenad.verdict.patch_files), so the
+    # head's cut can hide none; None: recorded before the list was kept.
+    files: list[PatchFile] | None = None
+    # Files past the list's bound, counted.
+    files_omitted: int = 0
 
 
 class VerifyLogCaptured(Event, tag="cell.verify-log-captured", frozen=True, kw_only=True):

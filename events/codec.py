@@ -82,9 +82,32 @@ def _cell_failed_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cell_recovered_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    # v2 adds ``spend_gap`` and ``rejected`` (defaults). A v1 row may hold what no v1
+    # reader could decode: an older arenad summed a stream's token parts to ±inf, which
+    # JSON records as ``"oc_cost": null`` under a float. Its usage is unknown (None), and
+    # what was recorded is kept as evidence, never read as a number.
+    usage = raw.get("usage")
+    if isinstance(usage, dict) and usage.get("oc_cost") is None:
+        out = dict(raw, usage=None)
+        out["rejected"] = [
+            *(raw.get("rejected") or []),
+            {
+                "source": "stream",
+                "where": "all steps",
+                "field": "cost",
+                "raw": "null",
+                "reason": "not a finite number (recorded as null by an older arenad)",
+            },
+        ]
+        return out
+    return raw
+
+
 # (tag, from_version) -> upcaster to from_version + 1.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("cell.failed", 1): _cell_failed_v1_to_v2,
+    ("cell.recovered", 1): _cell_recovered_v1_to_v2,
 }
 
 _encoder = msgspec.json.Encoder()

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from arenad.report.service import print_terminal as print_report
     from arenad.report.service import report
     from arenad.scripted_model.server import serve as serve_scripted_model
+    from arenad.terminal import json_printable, printable
     from arenad.view.service import serve_view
 
 # name -> (module, attribute)
@@ -114,6 +115,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "report_json": ("arenad.report.render", "json_bytes"),
     "serve_scripted_model": ("arenad.scripted_model.server", "serve"),
     "serve_view": ("arenad.view.service", "serve_view"),
+    "printable": ("arenad.terminal", "printable"),
+    "json_printable": ("arenad.terminal", "json_printable"),
 }
 
 __all__ = [
@@ -133,10 +136,12 @@ __all__ = [
     "history",
     "history_lines",
     "init_home",
+    "json_printable",
     "list_migrations",
     "migrate",
     "pause_cell",
     "print_report",
+    "printable",
     "project_ledger",
     "rebuild",
     "record_verdict",

@@ -1,4 +1,9 @@
-"""Human and JSON views of the log and the read models: pure formatting."""
+"""Human and JSON views of the log and the read models: pure formatting.
+
+Every string that came from the log is printed through :func:`arenad.terminal.printable`
+(JSON through :func:`arenad.terminal.json_printable`): what an agent wrote into a reason
+or a path reaches the reader's terminal as visible escapes, never as control sequences.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 import msgspec
 
 from arenad.cell.overdue import Overdue
+from arenad.terminal import json_printable, printable
 from events.base import Recorded
 from events.cell import SandboxView
 
@@ -24,16 +30,18 @@ def iso(ms: int | None) -> str:
 
 def recorded_to_json(r: Recorded) -> bytes:
     """One event as one JSON object (the `events --json` line format)."""
-    return _json.encode(
-        {
-            "seq": r.seq,
-            "stream": r.stream,
-            "version": r.version,
-            "tag": r.tag,
-            "schema_version": r.schema_version,
-            "recorded_at": iso(r.recorded_at_ms),
-            "event": r.event,
-        }
+    return json_printable(
+        _json.encode(
+            {
+                "seq": r.seq,
+                "stream": r.stream,
+                "version": r.version,
+                "tag": r.tag,
+                "schema_version": r.schema_version,
+                "recorded_at": iso(r.recorded_at_ms),
+                "event": r.event,
+            }
+        )
     )
 
 
@@ -80,7 +88,8 @@ def history_lines(events: Iterable[Recorded]) -> list[str]:
     for r in events:
         attempt = getattr(r.event, "attempt", None)
         at = f"a{attempt}" if attempt is not None else "  "
-        lines.append(f"{iso(r.recorded_at_ms)}  #{r.seq:<7} {at:<4} {r.tag:<24} {_summary(r)}")
+        line = f"{iso(r.recorded_at_ms)}  #{r.seq:<7} {at:<4} {r.tag:<24} {_summary(r)}"
+        lines.append(printable(line))
     return lines
 
 
@@ -143,8 +152,9 @@ def status_table(
                     _cut(row.get("reason") or "-", REASON_WIDTH),
                 )
             )
-        widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
-        for r in table:
+        shown = [[printable(c) for c in r] for r in table]
+        widths = [max(len(r[i]) for r in shown) for i in range(len(STATUS_COLUMNS))]
+        for r in shown:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     if overdue:
         out.append(
@@ -155,7 +165,7 @@ def status_table(
                 f"  {late.cell_id}  {late.state} for {late.for_s:.0f} s"
                 f" (limit {late.limit_s:.0f} s), waiting for {late.waiting_for}"
             )
-    return "\n".join(out)
+    return "\n".join(printable(line) for line in out)
 
 
 def submit_lines(result: Any) -> list[str]:
@@ -192,7 +202,7 @@ def submit_lines(result: Any) -> list[str]:
             f" {result.already} already known"
         )
     lines += [f"note: {n}" for n in plan.notes]
-    return lines
+    return [printable(line) for line in lines]
 
 
 def money(value: float | None) -> str:
@@ -214,7 +224,9 @@ def spend_text(c: Any) -> str:
 
 
 def spend_lines(figures: Sequence[Any]) -> list[str]:
-    return [f"spend {c.name}: {spend_text(c)}" for c in figures if c.attempts or c.cap_usd]
+    return [
+        printable(f"spend {c.name}: {spend_text(c)}") for c in figures if c.attempts or c.cap_usd
+    ]
 
 
 def campaigns_table(figures: Sequence[Any]) -> str:
@@ -238,7 +250,8 @@ def campaigns_table(figures: Sequence[Any]) -> str:
                 iso(c.last_event_ms),
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    shown = [[printable(c) for c in r] for r in table]
+    widths = [max(len(r[i]) for r in shown) for i in range(len(shown[0]))]
     return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in shown
     )

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import json
-import os
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -34,8 +33,8 @@ from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
-from arenad.recovery.usage import usage_from_events
-from arenad.runs.executor import Site, Tools
+from arenad.recovery.usage import checked_usage
+from arenad.runs.executor import Site
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import CellSandbox, confine
 from arenad.sandbox.secrets import wrap_bash
@@ -159,11 +158,9 @@ class Arm(abc.ABC):
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> InfraCause | None:
         """Whether a run that failed was failed by the model provider before any model step
-        completed (:mod:`arenad.arms.evidence`): by default read off the agent's stdout
-        stream (ingested) and the tail of its stderr file."""
-        stream = stream_objects(await read_ingested(), "stdout")
-        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
-        return infra_cause(stream, stderr)
+        completed (:mod:`arenad.arms.evidence`): by default read off the structured error
+        events of the agent's stdout stream (ingested), never its stderr."""
+        return infra_cause(stream_objects(await read_ingested(), "stdout"))
 
     def outcome(self, state: CellState) -> Outcome:
         """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
@@ -187,9 +184,10 @@ class Arm(abc.ABC):
         default: the whole session tree of the cell's private store, and the seed's usage
         figures summed over the opencode stream's token parts."""
         usage = None
+        found: list[ev.RejectedFigure] = []
         if state.run is None or state.run.stdout_path not in state.capped_outputs:
             # Sums over a stream the cap cut would pass for a whole run's: unknown instead.
-            usage = usage_from_events(await read_ingested())
+            usage, found = checked_usage(await read_ingested())
         db_path = cell_paths(ctx.run_dir).opencode_db
         return await site.call_blocking(
             recover_tree,
@@ -199,6 +197,7 @@ class Arm(abc.ABC):
             self.capture_purpose,
             usage,
             str(ctx.run_dir),
+            found,
         )
 
     async def after_recovered(
@@ -222,25 +221,6 @@ def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[ob
                     pass
             out.append(e.raw)
     return out
-
-
-STDERR_TAIL_BYTES = 64 * 1024
-
-
-def read_tail_step(tools: Tools, path: str) -> str:
-    """Site step: the last bytes of a run's output file ('' if it cannot be read). Never
-    through a symlink: without a sandbox the agent could have planted one there."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f:
-        try:
-            size = os.fstat(fd).st_size
-            f.seek(max(0, size - STDERR_TAIL_BYTES))
-            return f.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
-        except OSError:
-            return ""
 
 
 def write_prompt(ctx: ArmContext, suffix: str) -> Path:

@@ -4,8 +4,10 @@ touches a model."""
 
 from __future__ import annotations
 
-from arenad.arms.base import AgentCommand, Arm, ArmContext, q, write_prompt
+from arenad.arms.base import AgentCommand, Arm, ArmContext, IngestReader, q, write_prompt
+from arenad.arms.evidence import InfraCause
 from arenad.errors import UserError
+from arenad.runs.executor import Site
 from events.specs import CommandArm
 
 
@@ -45,3 +47,12 @@ class CommandArmRunner(Arm):
             # Any CLI: what it needs beyond the system is the campaign's to share.
             executables=args[:1],
         )
+
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """An arm with ``uses_model = false`` has no provider to blame: whatever it prints,
+        its failure is its own (issue 27: failure laundering)."""
+        if not self.spec.uses_model:
+            return None
+        return await super().infra_cause(site, ctx, read_ingested)

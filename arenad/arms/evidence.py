@@ -1,11 +1,18 @@
-"""Why a run failed, from its evidence: an outage is not the agent's loss.
+"""Why a run failed, from the provider's evidence: an outage is not the agent's loss.
 
-A run that ended without a single completed model step, and whose stream or stderr shows
-the model provider failing it (unreachable, refusing the credentials, rate limiting, a 5xx),
-never gave the agent a chance: it is an infrastructure failure, retried under the infra
-policy and counted apart from the agent's failures. Anything less certain stays the agent's
-(as it was before): a completed step means the agent had its turn, and output in a format
-this module does not know says nothing about steps.
+A run that ended without a single completed model step, and whose opencode stream holds a
+*structured* error event naming the model provider (unreachable, refusing the credentials,
+rate limiting, a 5xx), never gave the agent a chance: it is an infrastructure failure,
+retried under the infra policy and counted apart from the agent's failures. Anything less
+certain stays the agent's: a completed step means the agent had its turn.
+
+The agent's own words are never evidence. stderr is not read at all: an agent (or any
+process it starts) writes there what it likes, and ``Error: connect ECONNREFUSED
+127.0.0.1:443`` printed by a command that then exits 1 is that command's failure, not the
+provider's. An arm with ``uses_model = false`` has no provider to blame, so its failures
+are always its own (``arenad.arms.command``); a supervisor's driver has no structured
+stream of its model calls, so its failures are its own until the model gateway's records
+can say otherwise.
 
 Shapes read (opencode 1.18 ``run --format json``): after its own retries (about 70 s for a
 retryable error) opencode prints one line
@@ -14,7 +21,7 @@ exits 1, with stderr empty; ``name`` may also be ``ProviderAuthError``. An unrea
 endpoint has no ``statusCode`` and a message like "Cannot connect to API: Unable to
 connect…". Completed steps show as ``step_finish`` (and ``text`` / ``tool_use``) lines.
 
-Pure: parsed stream objects and stderr text in, a one-line cause (or None) out.
+Pure: parsed stream objects in, a one-line cause (or None) out.
 """
 
 from __future__ import annotations
@@ -25,8 +32,6 @@ from typing import Any
 
 import msgspec
 
-# opencode's stream "type"s: a stream of these is one whose steps can be counted.
-OPENCODE_TYPES = frozenset({"step_start", "step_finish", "text", "tool_use", "reasoning", "error"})
 # A model step that completed (the agent had its turn).
 COMPLETED_TYPES = frozenset({"step_finish", "text", "tool_use"})
 CAUSE_CHARS = 300
@@ -35,16 +40,6 @@ _UNREACHABLE = re.compile(
     r"cannot connect to api|unable to connect|econnrefused|econnreset|enotfound|eai_again"
     r"|connection refused|connection reset|could not resolve host|getaddrinfo|fetch failed"
     r"|network is unreachable|no route to host",
-    re.IGNORECASE,
-)
-_AUTH = re.compile(
-    r"providerautherror|invalid[ _-]?api[ _-]?key|incorrect api key|authentication[ _]error"
-    r"|\b401\b.*unauthori[sz]ed|unauthori[sz]ed.*\b401\b|\b403\b.*forbidden",
-    re.IGNORECASE,
-)
-_SERVER = re.compile(
-    r"\b(?:http|status(?: code)?)[ :]*5\d\d\b|\b5\d\d\b.*(?:internal server error|bad gateway"
-    r"|service unavailable|gateway timeout|server_error|overloaded)",
     re.IGNORECASE,
 )
 
@@ -83,41 +78,17 @@ def _from_error(error: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _from_stderr(stderr: str) -> str | None:
-    """The last stderr line that names a provider failure."""
-    for raw in reversed(stderr.splitlines()):
-        line = raw.strip()
-        if not line:
-            continue
-        if _AUTH.search(line):
-            return f"provider refused the credentials: {line}"
-        if _UNREACHABLE.search(line):
-            return f"provider unreachable: {line}"
-        if _SERVER.search(line):
-            return f"provider error: {line}"
-    return None
-
-
-def infra_cause(stream: Iterable[Any], stderr: str) -> InfraCause | None:
+def infra_cause(stream: Iterable[Any]) -> InfraCause | None:
     """The infrastructure cause of a failed run, or None when it stays the agent's.
 
-    ``stream``: the run's stdout, parsed line by line (non-objects are kept: they mark a
-    format this module does not read); ``stderr``: the tail of its stderr."""
-    known = False
-    unknown = False
+    ``stream``: the run's opencode stdout, parsed line by line (lines that are not objects
+    of its format are passed over). Only its structured ``error`` events are evidence."""
     cause: str | None = None
     for obj in stream:
         kind = obj.get("type") if isinstance(obj, dict) else None
-        if kind not in OPENCODE_TYPES:
-            unknown = True
-            continue
-        known = True
         if kind in COMPLETED_TYPES:
             return None
-        error = obj.get("error")
+        error = obj.get("error") if isinstance(obj, dict) else None
         if kind == "error" and isinstance(error, dict):
             cause = _from_error(error) or cause
-    if cause is None and (known or not unknown):
-        # stderr counts only where the stream says no step completed (or says nothing).
-        cause = _from_stderr(stderr)
     return InfraCause(cause=_line(cause)) if cause is not None else None

@@ -30,11 +30,9 @@ from arenad.arms.base import (
     Outcome,
     ProvenanceError,
     q,
-    read_tail_step,
-    stream_objects,
 )
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
-from arenad.arms.evidence import InfraCause, infra_cause
+from arenad.arms.evidence import InfraCause
 from arenad.atomic import write_atomically
 from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import CellState
@@ -47,7 +45,7 @@ from arenad.ingest.watcher import (
 )
 from arenad.js import js_stringify_indented
 from arenad.materialize import gitsafe
-from arenad.recovery.capture import capture_worker_sessions, spend_figures
+from arenad.recovery.capture import capture_worker_sessions, spend_figures, spend_gap
 from arenad.recovery.opencode_spend import sup_spend
 from arenad.recovery.opencode_store import StoreUnavailable
 from arenad.runs.executor import Site, Tools
@@ -256,12 +254,11 @@ class SupervisorArmRunner(Arm):
     async def infra_cause(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> InfraCause | None:
-        """The driver's own model calls are its brain log's lines: with one, the brain had
-        its turn; without, the driver's stderr is the evidence."""
-        if stream_objects(await read_ingested(), "brain"):
-            return None
-        stderr = await site.call_blocking(read_tail_step, str(ctx.run_dir / self.stderr_name))
-        return infra_cause([], stderr)
+        """Never, today: the driver's model calls leave no structured error events (its
+        brain log holds per-request stats), and its stderr is written by processes the
+        agent runs, so it is no evidence (:mod:`arenad.arms.evidence`). The model gateway's
+        records are where a supervisor's provider failure will be read from."""
+        return None
 
     def outcome(self, state: CellState) -> Outcome:
         """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""
@@ -346,7 +343,7 @@ def recovered_events(
         gap = None
     summary = figures.summarize(ingested)
     sup = sup_spend(captures, cwds)
-    base = spend_figures(captures) if captures is not None else ev.SpendFigures()
+    base, found = spend_figures(captures) if captures is not None else (ev.SpendFigures(), [])
     spend = msgspec.structs.replace(
         base,
         worker_tok_journal=figures.worker_tok_journal(ingested),
@@ -366,4 +363,6 @@ def recovered_events(
         store_available=captures is not None,
         gap=gap,
         spend=spend,
+        spend_gap=spend_gap(found),
+        rejected=found,
     )

@@ -13,8 +13,15 @@ An attempt's cost is, in this order:
    stream (``opencode run --format json``), the supervisor journal's ``settled`` workers'
    ``spent.usd``, and state.json's ``result.spentUsd`` (the whole tree), whichever is
    largest;
-3. unknown, when the arm cannot report cost (a command arm whose output carries none) or
-   its recovery could not say. Unknown is counted apart (``unknown_attempts``), never as 0.
+3. unknown, when the arm cannot report cost (a command arm whose output carries none; once
+   recovered, a command arm's cost is unknown whatever its output or its store said: both
+   are the agent's own word) or its recovery could not say. Unknown is counted apart
+   (``unknown_attempts``), never as 0.
+
+A cost read from a line or a file is counted only within the bounds of
+:mod:`arenad.recovery.bounds` (finite, >= 0, at most a session's ceiling for a step or a
+worker, an attempt's for a whole tree); a recorded figure is checked by ``run_cost``. So
+no value in any log makes the fold negative or overflow it.
 
 A campaign's spend is the sum over its attempts, retries included (a retried cell was paid
 for twice). Sums are kept in integer pico-dollars, so the fold is exact and the same
@@ -35,6 +42,7 @@ from typing import Literal
 import msgspec
 
 from arenad.cell.spend import run_cost
+from arenad.recovery.bounds import MAX_ATTEMPT_USD, MAX_SESSION_USD, out_of_bounds
 from events import cell as ev
 from events.base import Event, Recorded
 from events.control import CampaignSubmitted
@@ -82,11 +90,12 @@ class CampaignSpend(msgspec.Struct, frozen=True, kw_only=True):
     unknown_attempts: int = 0
 
 
-def _number(value: object) -> float | None:
+def _number(value: object, ceiling: float = MAX_SESSION_USD) -> float | None:
+    """A cost read from a line or a file the agent may have written: counted only within
+    bounds (finite, >= 0, at most ``ceiling``: arenad.recovery.bounds), else not at all."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") and value >= 0 else None
+    return float(value) if out_of_bounds(value, ceiling) is None else None
 
 
 def _get(obj: object, *keys: str) -> object:
@@ -329,7 +338,7 @@ class SpendFold:
             obj = json.loads(snap.content)
         except (ValueError, RecursionError):
             return False
-        cost = _number(_get(obj, "result", "spentUsd"))
+        cost = _number(_get(obj, "result", "spentUsd"), MAX_ATTEMPT_USD)
         if cost is None:
             return False
         a.state_units = units(cost)

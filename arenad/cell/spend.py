@@ -1,18 +1,24 @@
 """What one run of a cell cost, by its arm's rule. Pure.
 
-For solo and command arms it is the ``spend.cost_usd`` of the attempt's CellRecovered
-(the captured opencode sessions); for a supervisor, its own whole-tree total
-(``spend.spent_usd``, else the SupervisorOutcome's ``spent_usd``), because the captured
-sessions are only its workers and would undercount it against a solo arm. None is
-unknown, never 0. The report and the live progress (daemon line, view) both count spend
-with it, so they agree.
+For solo arms it is the ``spend.cost_usd`` of the attempt's CellRecovered (the captured
+opencode sessions); for a supervisor, its own whole-tree total (``spend.spent_usd``, else
+the SupervisorOutcome's ``spent_usd``), because the captured sessions are only its workers
+and would undercount it against a solo arm. A command arm's cost is unknown: its store is
+the agent's own (``arenad.recovery.capture``), whatever an older arenad recorded of it.
+None is unknown, never 0. The report and the live progress (daemon line, view) both count
+spend with it, so they agree.
+
+Every figure is checked as it is read (:func:`arenad.recovery.bounds.attempt_usd`): a value
+an older arenad recorded from a forged store (negative, 1e300) is unknown here, so no
+fold adds it or overflows on it.
 """
 
 from __future__ import annotations
 
+from arenad.recovery.bounds import attempt_tokens, attempt_usd
 from events import cell as ev
 
-__all__ = ["run_cost"]
+__all__ = ["run_cost", "run_tokens"]
 
 
 def run_cost(
@@ -22,6 +28,16 @@ def run_cost(
     spend = recovered.spend if recovered is not None else None
     if kind == "supervisor":
         if spend is not None and spend.spent_usd is not None:
-            return spend.spent_usd
-        return supervisor.spent_usd if supervisor is not None else None
-    return spend.cost_usd if spend is not None else None
+            return attempt_usd(spend.spent_usd)
+        return attempt_usd(supervisor.spent_usd) if supervisor is not None else None
+    if kind == "command":
+        return None
+    return attempt_usd(spend.cost_usd) if spend is not None else None
+
+
+def run_tokens(recovered: ev.CellRecovered | None) -> tuple[int | None, int | None]:
+    """The run's recovered (input, output) tokens, each None when unknown or out of bounds."""
+    if recovered is None:
+        return None, None
+    spend = recovered.spend
+    return attempt_tokens(spend.tokens_in), attempt_tokens(spend.tokens_out)

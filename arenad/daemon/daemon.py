@@ -43,10 +43,10 @@ from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon.documents import rewrite_missing_documents
-from arenad.daemon.lease import DaemonLease
+from arenad.daemon.lease import CHECK_EVERY_S, DaemonLease
 from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.errors import ArenadError, LogTampered, StoreUnwritable, UserError
+from arenad.errors import ArenadError, LeaseError, LogTampered, StoreUnwritable, UserError
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
@@ -85,6 +85,8 @@ _SCHEDULE_TAGS = frozenset(
         "cell.resumed",
         "campaign.budget-set",
         "campaign.budget-reached",
+        # Another daemon on this home: this one stops (arenad.daemon.lease).
+        "daemon.started",
         # What moves a campaign's spend (a few per cell; never the ingested lines).
         *SPEND_TAGS,
     }
@@ -93,6 +95,9 @@ _SCHEDULE_TAGS = frozenset(
 # Store failures after which nothing more can be written: the daemon stops at once.
 _STORE_FATAL = (StoreUnwritable, LogTampered)
 
+# How long a new daemon waits for one that started before it, never recorded its stop and
+# still runs, to see the new start and stop (arenad.daemon.lease).
+PREVIOUS_DAEMON_WAIT_S = 5.0
 # Under the home: the daemon's prepared checkouts (emptied when it starts and stops).
 WORKSPACE_TEMPLATES = "workspace-templates"
 # How often the executor is asked to release what it holds for attempts that are over
@@ -145,8 +150,13 @@ class Daemon:
         cells: CellsView | None = None,
         executor: ExecutorFactory = local_executor,
         capacity: limits.Capacity | None = None,
+        lease: DaemonLease | None = None,
     ) -> None:
         self.store = store
+        # The home's lease, re-checked while the daemon runs (None: not watched).
+        self.lease = lease
+        # The seq of this daemon's own daemon.started: a newer one is another daemon's.
+        self.started_seq: int | None = None
         self.cells = cells if cells is not None else cells_view(store)
         self.home = home
         self.options = options
@@ -209,14 +219,15 @@ class Daemon:
             for task in self.tasks.values():
                 task.get_loop().call_later(_FORCE_GRACE_S, task.cancel)
 
-    def _stop_fatally(self, exc: BaseException) -> None:
-        """The store cannot be written (or refuses to: the log fails its chain check):
-        stop at once, recording nothing more and aborting nothing (an abort could not be
-        recorded); running agents stay adoptable."""
+    def _stop_fatally(self, exc: BaseException, reason: str = "store unwritable") -> None:
+        """The store cannot be written (or refuses to: the log fails its chain check), or
+        another daemon holds the home: stop at once, recording nothing more and aborting
+        nothing (an abort could not be recorded, or is not this daemon's to record);
+        running agents stay adoptable."""
         if self.fatal is None:
             self.fatal = exc
             log.error("stopping: %s", exc)
-        self.stop_reason = "store unwritable"
+        self.stop_reason = reason
         self.stopping.set()
         self.wake.set()
         for runner in self.runners.values():
@@ -251,8 +262,49 @@ class Daemon:
         ):
             self._on_event(r)
 
+    def _lease_lost(self, why: str) -> None:
+        self._stop_fatally(LeaseError(why), "lease lost")
+
+    async def _watch_lease(self) -> None:
+        """Stop as soon as the home's lease is another daemon's (arenad.daemon.lease)."""
+        assert self.lease is not None
+        while True:
+            await asyncio.sleep(CHECK_EVERY_S)
+            why = self.lease.check()
+            if why is not None:
+                self._lease_lost(why)
+                return
+
+    async def _wait_for_previous(self) -> None:
+        """A daemon that started before this one and never recorded its stop may still be
+        running beside it (its lease file deleted): it sees this daemon's start and stops
+        within a moment (:meth:`_on_event`). Its exit is waited for (bounded), so the two
+        never drive a cell at once; a dead pid (a crash) costs no wait."""
+        previous: DaemonStarted | None = None
+        for r in await self.store.read_stream(streams.DAEMON):
+            if self.started_seq is not None and r.seq >= self.started_seq:
+                break
+            if isinstance(r.event, DaemonStarted):
+                previous = r.event
+            elif isinstance(r.event, DaemonStopped):
+                previous = None
+        if previous is None or previous.pid == os.getpid():
+            return
+        if previous.hostname != socket.gethostname():
+            return
+        deadline = self.clock() + PREVIOUS_DAEMON_WAIT_S * 1000
+        while _alive(previous.pid) and self.clock() < deadline:
+            await asyncio.sleep(0.05)
+
     def _on_event(self, r: Recorded) -> None:
         e = r.event
+        if isinstance(e, DaemonStarted):
+            if self.started_seq is not None and r.seq > self.started_seq:
+                self._lease_lost(
+                    f"another daemon (pid {e.pid} on {e.hostname}) started on this home"
+                    f" (daemon.started at seq {r.seq}, after this one's at {self.started_seq})"
+                )
+            return
         if r.tag in SPEND_TAGS or r.stream.startswith(streams.CAMPAIGN):
             if r.stream.startswith(streams.CAMPAIGN):
                 name = r.stream[len(streams.CAMPAIGN) :]
@@ -373,16 +425,17 @@ class Daemon:
             await runner.drive()
         except _STORE_FATAL as exc:
             self._stop_fatally(exc)
-        except Exception:
+        except Exception as exc:
             log.exception("%s: the cell runner crashed", runner.cell_id)
-            await self._record_crash(runner)
+            await self._record_crash(runner, exc)
         finally:
             self.runners.pop(runner.cell_id, None)
             self.tasks.pop(runner.cell_id, None)
             self.wake.set()
 
-    async def _record_crash(self, runner: CellRunner) -> None:
-        # A bug in a step must not leave the cell looking healthy: fail it, visibly.
+    async def _record_crash(self, runner: CellRunner, exc: Exception) -> None:
+        # A bug in a step must not leave the cell looking healthy: fail it, visibly. The
+        # reason is one line (what failed, and where); the traceback is in the daemon's log.
         try:
             state = await runner.writer.load()
             if not state.terminal:
@@ -391,7 +444,7 @@ class Daemon:
                         ev.CellFailed(
                             attempt=state.attempt,
                             stage=str(state.status),
-                            error=traceback.format_exc(limit=5)[-4000:],
+                            error=crash_reason(exc),
                             classification="infrastructure",
                         )
                     ]
@@ -447,7 +500,7 @@ class Daemon:
             start_seq = await self.store.last_seq()
             await self._load_limits()
             self._check_capacity()
-            await self.store.append(
+            started = await self.store.append(
                 streams.DAEMON,
                 None,
                 [
@@ -460,13 +513,17 @@ class Daemon:
                     )
                 ],
             )
+            self.started_seq = started[0].seq
+            if self.lease is not None:
+                self._side_task(stack, self._watch_lease(), "lease watch")
+            await self._wait_for_previous()
             self._side_task(stack, self._record_notices(), "notice recorder")
             stack.push_async_callback(self._flush_notices)
             tools = Tools(templates=self.templates, report=self._notices.put_nowait)
             executor = self._make_executor(self.home, tools)
             self.executor = await stack.enter_async_context(executor)
             await asyncio.to_thread(self.templates.clear)
-            stack.push_async_callback(asyncio.to_thread, self.templates.clear)
+            stack.push_async_callback(self._clear_templates)
             await rewrite_missing_documents(self.store, self.cells, self.executor, self.home)
             await self._start_proposer_capture(stack)
             self._side_task(stack, self._follow_control(start_seq), "control follower")
@@ -476,6 +533,11 @@ class Daemon:
             # Registered last, so it runs first: the cells wind down before their tools go.
             stack.push_async_callback(self._drain)
             await self._schedule(executor)
+        if isinstance(self.fatal, LeaseError):
+            raise DaemonFatal(
+                f"{self.fatal}: this daemon stopped without recording anything more; its"
+                " running agents are left to the daemon that holds the lease"
+            ) from self.fatal
         if isinstance(self.fatal, LogTampered):
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped, and running agents were left running"
@@ -492,6 +554,11 @@ class Daemon:
         if self.side_failure is not None:
             raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
         return 0
+
+    async def _clear_templates(self) -> None:
+        # After the lease was lost the templates are the other daemon's, maybe in use.
+        if not isinstance(self.fatal, LeaseError):
+            await asyncio.to_thread(self.templates.clear)
 
     async def _record_notices(self) -> None:
         while True:
@@ -584,6 +651,33 @@ class Daemon:
             await asyncio.wait(pending, timeout=5)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def crash_reason(exc: BaseException) -> str:
+    """A step's unexpected exception as a cell's reason: one line, its type, its message
+    and the frame it came from (never a traceback: ``status`` shows the first line)."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"
+    message = " ".join(str(exc).split())
+    text = (
+        f"the daemon's step failed: {type(exc).__name__}: {message}"
+        if message
+        else (f"the daemon's step failed: {type(exc).__name__}")
+    )
+    return (text[:1900] + where)[:2000]
+
+
 @contextlib.contextmanager
 def signal_handlers(daemon: Daemon) -> Iterator[None]:
     """SIGTERM and SIGINT stop the daemon (the second one forces); on the way out the
@@ -632,7 +726,7 @@ async def run_daemon(
     faults = fault_from_env()
     limits.raise_open_files()
     capacity = await asyncio.to_thread(limits.capacity)
-    with DaemonLease(home.lock_path), pidfd_child_watcher():
+    with DaemonLease(home.lock_path) as lease, pidfd_child_watcher():
         async with open_store(home, faults=faults) as store:
             daemon = Daemon(
                 store,
@@ -641,6 +735,7 @@ async def run_daemon(
                 base_env or dict(os.environ),
                 executor=executor,
                 capacity=capacity,
+                lease=lease,
             )
             with signal_handlers(daemon):
                 return await daemon.run()

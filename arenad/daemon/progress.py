@@ -23,6 +23,7 @@ from typing import TextIO
 from arenad.clock import Clock
 from arenad.readmodels.progress import PROGRESS_TAGS, STATES, Progress, ProgressFold, eta_s
 from arenad.store.base import EventStore
+from arenad.terminal import printable
 
 __all__ = ["LiveLine", "duration", "progress_line", "start_live_line"]
 
@@ -72,7 +73,7 @@ class LiveLine:
         self.text = ""
 
     def show(self, text: str) -> None:
-        self.text = text
+        self.text = printable(text)
         self.redraw()
 
     def redraw(self) -> None:

@@ -52,7 +52,7 @@ from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
 from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
-from arenad.errors import LogTampered, StoreUnwritable
+from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwritable
 from arenad.home import Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
@@ -69,7 +69,8 @@ from arenad.verdict.patch import PatchResult
 from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
-from events.streams import ingest_stream
+from events.capture import AgentStoreUnavailable
+from events.streams import capture_stream, ingest_stream
 
 T = TypeVar("T")
 
@@ -721,16 +722,11 @@ class CellRunner:
         if not self.arm.recovery_joins_verify:
             await self._append(events)
             return
-        # A crash before the append redoes both steps; recovery failing records the
-        # verdict first.
+        # A crash before the append redoes both steps; a capture that fails, or that the
+        # store refuses, still records the verdict, the patch and the figures it has.
         reader = self._ingested(state.attempt)
-        try:
-            async with stalls.reported(self.cell_id, "capture"):
-                captures, recovered = await self.arm.recover(site, ctx, state, reader)
-        except Exception:
-            await self._append(events)
-            raise
-        state = await self._append([*events, recovered], also=captures)
+        captures, recovered = await self._recovered(site, ctx, state, reader)
+        state = await self._append_recovered(events, captures, recovered)
         await self.arm.after_recovered(site, ctx, state, reader)
 
     async def _append(
@@ -763,10 +759,53 @@ class CellRunner:
         ctx = self._context(state)
         site = await self._site(state)
         reader = self._ingested(state.attempt)
-        async with stalls.reported(self.cell_id, "capture"):
-            captures, recovered = await self.arm.recover(site, ctx, state, reader)
-        state = await self._append([recovered], also=captures)
+        captures, recovered = await self._recovered(site, ctx, state, reader)
+        state = await self._append_recovered([], captures, recovered)
         await self.arm.after_recovered(site, ctx, state, reader)
+
+    async def _recovered(
+        self, site: Site, ctx: ArmContext, state: CellState, reader: _IngestedReader
+    ) -> tuple[list[AppendRequest], ev.CellRecovered]:
+        """The arm's captures and CellRecovered; a capture that raises is a recorded gap
+        (one line; its traceback goes to the daemon's log), never the cell's failure."""
+        try:
+            async with stalls.reported(self.cell_id, "capture"):
+                return await self.arm.recover(site, ctx, state, reader)
+        except (StoreUnwritable, LogTampered, CellMovedOn):
+            raise
+        except Exception as exc:
+            log.exception("%s: capturing the agent's store failed", self.cell_id)
+            gap = f"the capture failed: {type(exc).__name__}: {exc}"[:2000]
+            return [], ev.CellRecovered(
+                attempt=state.attempt, store_available=False, gap=gap, spend=ev.SpendFigures()
+            )
+
+    async def _append_recovered(
+        self,
+        events: Sequence[Event],
+        captures: Sequence[AppendRequest],
+        recovered: ev.CellRecovered,
+    ) -> CellState:
+        """``events`` and ``recovered`` with the captures; when the store refuses the
+        captures (an event past SQLite's size limit), without them, the refusal recorded
+        on the capture stream and in the CellRecovered's gap."""
+        try:
+            return await self._append([*events, recovered], also=captures)
+        except (StoreUnwritable, LogTampered, ConcurrencyError):
+            raise
+        except StoreError as exc:
+            if not captures:
+                raise
+            log.error("%s: the store refused the captures: %s", self.cell_id, exc)
+            why = f"the captures could not be recorded: {exc}"[:2000]
+            unavailable = AgentStoreUnavailable(
+                attempt=recovered.attempt, store_path=recovered.store_path or "", error=why
+            )
+            stream = capture_stream(self.cell_id, recovered.attempt)
+            kept = msgspec.structs.replace(recovered, gap=why)
+            return await self._append(
+                [*events, kept], also=[AppendRequest(stream, 0, [unavailable])]
+            )
 
     async def _fail(
         self,
@@ -835,7 +874,14 @@ def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | N
     left no result to capture)."""
     out: list[Event] = []
     if patch is not None and patch.excerpt is not None:
-        out.append(ev.PatchCaptured(attempt=attempt, patch=patch.excerpt))
+        out.append(
+            ev.PatchCaptured(
+                attempt=attempt,
+                patch=patch.excerpt,
+                files=patch.files,
+                files_omitted=patch.files_omitted,
+            )
+        )
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
     return out

@@ -12,7 +12,9 @@ import aiosqlite
 import msgspec
 
 from arenad.cell.machine import CellState, apply
+from arenad.cell.spend import run_tokens
 from arenad.errors import IllegalTransition
+from arenad.recovery.bounds import attempt_usd
 from events.base import Recorded
 from events.streams import cell_of, is_cell_stream
 
@@ -83,9 +85,10 @@ def row_of(state: CellState, last_seq: int) -> tuple[object, ...]:
         flag(verified.scored) if verified is not None else None,
         flag(verified.verify_pass) if verified is not None else None,
         verified.patch_lines if verified is not None else None,
-        spend.tokens_in if spend is not None else None,
-        spend.tokens_out if spend is not None else None,
-        spend.cost_usd if spend is not None else None,
+        # Checked as read: a value out of bounds (an older arenad's record of a forged
+        # store) is unknown here, and never overflows SQLite's INTEGER.
+        *run_tokens(state.recovered),
+        attempt_usd(spend.cost_usd) if spend is not None else None,
         state.version,
         last_seq,
         _state_encoder.encode(state),

@@ -12,9 +12,16 @@ argument is the site's tools): they read the store where the cell lives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from arenad.recovery.bounds import (
+    MAX_ATTEMPT_TOKENS,
+    MAX_ATTEMPT_USD,
+    MAX_REJECTED_KEPT,
+    rejected,
+)
 from arenad.recovery.opencode_spend import ZERO, Spend, session_spend
 from arenad.recovery.opencode_store import (
     StoreUnavailable,
@@ -27,21 +34,61 @@ from events import cell as ev
 from events.capture import AgentSessionCaptured
 from events.streams import capture_stream
 
+COMMAND_STORE_GAP = (
+    "a command arm's opencode store is written by the agent itself: its sessions are kept"
+    " as evidence, its figures are not spend of record"
+)
 
-def spend_figures(captures: list[AgentSessionCaptured]) -> ev.SpendFigures:
+
+def spend_figures(
+    captures: list[AgentSessionCaptured],
+) -> tuple[ev.SpendFigures, list[ev.RejectedFigure]]:
     """Spend of every captured session: a private store holds only this cell's tree,
-    and child (subagent) sessions are not rolled up by opencode, so they are summed."""
+    and child (subagent) sessions are not rolled up by opencode, so they are summed. A
+    figure some session holds out of bounds is unknown (None), with the values as read."""
     total: Spend = ZERO
     for capture in captures:
         total = total + session_spend(capture)
-    return ev.SpendFigures(
+    unknown = set(total.unknown)
+    found = list(total.rejected)
+    for attr in ("usd", "tokens_input", "tokens_output", "tokens_reasoning"):
+        value = getattr(total, attr)
+        ceiling = MAX_ATTEMPT_USD if attr == "usd" else MAX_ATTEMPT_TOKENS
+        if attr not in unknown and value > ceiling:
+            unknown.add(attr)
+            found.append(rejected("all sessions", attr, value, f"over {ceiling:g}", "store"))
+    if len(found) > MAX_REJECTED_KEPT:
+        more = len(found) - MAX_REJECTED_KEPT + 1
+        found = [*found[: MAX_REJECTED_KEPT - 1], rejected("", "", more, "more", "store")]
+
+    def known(attr: str, value: float) -> float | None:
+        return None if attr in unknown else value
+
+    usd = known("usd", total.usd)
+    figures = ev.SpendFigures(
         sessions=len(captures),
-        tokens_in=total.tokens_input,
-        tokens_out=total.tokens_output,
-        tokens_reasoning=total.tokens_reasoning,
-        cache_read=total.tokens_cache_read,
-        cache_write=total.tokens_cache_write,
-        cost_usd=round(total.usd, 10),
+        tokens_in=_int(known("tokens_input", total.tokens_input)),
+        tokens_out=_int(known("tokens_output", total.tokens_output)),
+        tokens_reasoning=_int(known("tokens_reasoning", total.tokens_reasoning)),
+        cache_read=_int(known("tokens_cache_read", total.tokens_cache_read)),
+        cache_write=_int(known("tokens_cache_write", total.tokens_cache_write)),
+        cost_usd=round(usd, 10) if usd is not None else None,
+    )
+    return figures, found
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def spend_gap(found: list[ev.RejectedFigure]) -> str | None:
+    """The label of figures left unknown by values out of bounds (None: none were)."""
+    if not found:
+        return None
+    fields = sorted({r.field for r in found if r.field})
+    return (
+        f"{len(found)} figure(s) of the agent's store out of bounds ({', '.join(fields)}):"
+        " their totals are unknown; the values as read are in `rejected`"
     )
 
 
@@ -53,18 +100,27 @@ def recover_tree(
     purpose: Literal["solo", "command"],
     usage: ev.SoloUsage | None,
     confine: str | None = None,
+    usage_rejected: Sequence[ev.RejectedFigure] = (),
 ) -> tuple[list[AppendRequest], ev.CellRecovered]:
     """The whole session tree of the cell's private store, and the CellRecovered summing
     it (a solo or command arm: its store holds only this cell's sessions); ``confine``:
-    the run dir the store must really be inside."""
+    the run dir the store must really be inside; ``usage_rejected``: the stream's figures
+    out of bounds (``usage`` is None then), kept with the store's.
+
+    A command arm's store is the agent's own (it may write any ``opencode.db``): its
+    sessions are captured as evidence, but its figures are never spend of record. A capture
+    that fails is a gap on the CellRecovered, never an exception (the verdict it joins is
+    recorded either way)."""
     stream = capture_stream(cell_id, attempt)
     path = Path(db_path)
+    captured: list[AgentSessionCaptured] | StoreUnavailable
     if not path.exists():
-        captured: list[AgentSessionCaptured] | StoreUnavailable = StoreUnavailable(
-            db_path, "the cell's opencode store does not exist"
-        )
+        captured = StoreUnavailable(db_path, "the cell's opencode store does not exist")
     else:
-        captured = capture_session_tree(path, None, attempt, purpose, confine)
+        try:
+            captured = capture_session_tree(path, None, attempt, purpose, confine)
+        except Exception as exc:  # a bug or a store no reader foresaw: a gap, recorded
+            captured = StoreUnavailable(db_path, f"the capture failed: {type(exc).__name__}: {exc}")
     if isinstance(captured, StoreUnavailable):
         return [AppendRequest(stream, 0, [captured.event(attempt)])], ev.CellRecovered(
             attempt=attempt,
@@ -73,13 +129,28 @@ def recover_tree(
             gap=captured.error,
             spend=ev.SpendFigures(),
             usage=usage,
+            rejected=list(usage_rejected),
         )
-    return [AppendRequest(stream, 0, list(captured))] if captured else [], ev.CellRecovered(
+    requests = [AppendRequest(stream, 0, list(captured))] if captured else []
+    if purpose == "command":
+        return requests, ev.CellRecovered(
+            attempt=attempt,
+            store_path=db_path,
+            store_available=True,
+            spend=ev.SpendFigures(sessions=len(captured)),
+            usage=usage,
+            spend_gap=COMMAND_STORE_GAP,
+            rejected=list(usage_rejected),
+        )
+    figures, found = spend_figures(captured)
+    return requests, ev.CellRecovered(
         attempt=attempt,
         store_path=db_path,
         store_available=True,
-        spend=spend_figures(captured),
+        spend=figures,
         usage=usage,
+        spend_gap=spend_gap(found),
+        rejected=[*usage_rejected, *found],
     )
 
 

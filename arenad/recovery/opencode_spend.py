@@ -6,7 +6,9 @@ when the row has them — they arrived with opencode 1.15.0 (migration
 ``20260510033149_session_usage``) — and otherwise the sum over the session's
 ``step-finish`` parts of ``$.cost`` and ``$.tokens.input|output|reasoning|cache.read|
 cache.write``, which is exactly how that migration backfilled the columns. A NULL
-column or a non-numeric JSON value counts 0.
+column or a non-numeric JSON value counts 0. A number out of bounds (not finite, negative,
+past the per-session ceiling of :mod:`arenad.recovery.bounds`) is never added: its figure
+is unknown (``Spend.unknown``), and the value is kept as evidence (``Spend.rejected``).
 
 opencode does not roll a subagent's spend into its parent's row, so a session *tree*'s
 spend sums the root and every descendant (``tree_spend``).
@@ -23,12 +25,13 @@ journal, not from the store, and is not computed here.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from arenad.recovery.bounds import MAX_SESSION_TOKENS, MAX_SESSION_USD, out_of_bounds, rejected
 from events.capture import AgentSessionCaptured, PartRow
+from events.cell import RejectedFigure
 
 __all__ = [
     "USAGE_COLUMNS",
@@ -62,6 +65,10 @@ class Spend:
     tokens_cache_write: int
     # Where the figures came from; "mixed" when a tree used both; "none" for no session.
     source: SpendSource
+    # The figures (attribute names) some session holds out of bounds: unknown, not the sum.
+    unknown: frozenset[str] = frozenset()
+    # Those values as read, the evidence (arenad.recovery.bounds).
+    rejected: tuple[RejectedFigure, ...] = ()
 
     def __add__(self, other: Spend) -> Spend:
         if self.source == "none":
@@ -78,25 +85,26 @@ class Spend:
             tokens_cache_read=self.tokens_cache_read + other.tokens_cache_read,
             tokens_cache_write=self.tokens_cache_write + other.tokens_cache_write,
             source=source,
+            unknown=self.unknown | other.unknown,
+            rejected=self.rejected + other.rejected,
         )
 
 
 ZERO = Spend(0.0, 0, 0, 0, 0, 0, "none")
 
-
-def _num(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0.0
-    return float(value) if math.isfinite(value) else 0.0
-
-
-def _tokens(value: object) -> int:
-    # Token counts are integers; a float one is truncated toward zero.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) else 0
-    return value
+# Spend attribute -> (session column, step-finish path, ceiling).
+_FIGURES: dict[str, tuple[str, tuple[str, ...], float]] = {
+    "usd": ("cost", ("cost",), MAX_SESSION_USD),
+    "tokens_input": ("tokens_input", ("tokens", "input"), MAX_SESSION_TOKENS),
+    "tokens_output": ("tokens_output", ("tokens", "output"), MAX_SESSION_TOKENS),
+    "tokens_reasoning": ("tokens_reasoning", ("tokens", "reasoning"), MAX_SESSION_TOKENS),
+    "tokens_cache_read": ("tokens_cache_read", ("tokens", "cache", "read"), MAX_SESSION_TOKENS),
+    "tokens_cache_write": (
+        "tokens_cache_write",
+        ("tokens", "cache", "write"),
+        MAX_SESSION_TOKENS,
+    ),
+}
 
 
 def _path(obj: object, *keys: str) -> object:
@@ -107,9 +115,59 @@ def _path(obj: object, *keys: str) -> object:
     return obj
 
 
-def _step_finish_spend(parts: Iterable[PartRow]) -> Spend:
-    usd = 0.0
-    t_in = t_out = t_reason = t_read = t_write = 0
+class _Figures:
+    """One session's figures as they are read: each value checked against its bound."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.values: dict[str, float | int] = dict.fromkeys(_FIGURES, 0)
+        self.unknown: set[str] = set()
+        self.rejected: list[RejectedFigure] = []
+
+    def add(self, attr: str, value: object, where: str, field: str) -> None:
+        # A NULL column or a value that is not a number counts 0 (opencode's backfill).
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        reason = out_of_bounds(value, _FIGURES[attr][2])
+        if reason is not None:
+            self.reject(attr, value, where, field, reason)
+            return
+        if attr != "usd" and isinstance(value, float):
+            value = int(value)  # token counts are integers; a float one is truncated
+        self.values[attr] += value
+
+    def reject(self, attr: str, value: object, where: str, field: str, reason: str) -> None:
+        self.unknown.add(attr)
+        self.rejected.append(rejected(where, field, value, reason, "store"))
+
+    def spend(self, source: SpendSource) -> Spend:
+        # A sum of steps within their bounds can still pass the session's.
+        for attr, (column, _, ceiling) in _FIGURES.items():
+            total = self.values[attr]
+            if attr not in self.unknown and total > ceiling:
+                self.reject(
+                    attr,
+                    total,
+                    self.session,
+                    f"{column} (sum of its steps)",
+                    f"over the ceiling of {ceiling:g}",
+                )
+        v = {a: 0 if a in self.unknown else self.values[a] for a in _FIGURES}
+        return Spend(
+            usd=float(v["usd"]),
+            tokens_input=int(v["tokens_input"]),
+            tokens_output=int(v["tokens_output"]),
+            tokens_reasoning=int(v["tokens_reasoning"]),
+            tokens_cache_read=int(v["tokens_cache_read"]),
+            tokens_cache_write=int(v["tokens_cache_write"]),
+            source=source,
+            unknown=frozenset(self.unknown),
+            rejected=tuple(self.rejected),
+        )
+
+
+def _step_finish_spend(parts: Iterable[PartRow], session: str) -> Spend:
+    figures = _Figures(f"session {session}")
     for part in parts:
         try:
             data = json.loads(part.data)
@@ -117,29 +175,34 @@ def _step_finish_spend(parts: Iterable[PartRow]) -> Spend:
             continue
         if not isinstance(data, dict) or data.get("type") != "step-finish":
             continue
-        usd += _num(data.get("cost"))
-        t_in += _tokens(_path(data, "tokens", "input"))
-        t_out += _tokens(_path(data, "tokens", "output"))
-        t_reason += _tokens(_path(data, "tokens", "reasoning"))
-        t_read += _tokens(_path(data, "tokens", "cache", "read"))
-        t_write += _tokens(_path(data, "tokens", "cache", "write"))
-    return Spend(usd, t_in, t_out, t_reason, t_read, t_write, "step-finish")
+        where = f"session {session} part {part.id}"
+        for attr, (_, path, _) in _FIGURES.items():
+            figures.add(attr, _path(data, *path), where, ".".join(path))
+    return figures.spend("step-finish")
 
 
 def session_spend(capture: AgentSessionCaptured) -> Spend:
-    """One session's own spend: the usage columns if the row has them, else step-finish."""
+    """One session's own spend: the usage columns if the row has them, else step-finish.
+    A value out of bounds makes its figure unknown (``Spend.unknown``), kept as evidence."""
     row = capture.row
     if all(column in row for column in USAGE_COLUMNS):
-        return Spend(
-            usd=_num(row["cost"]),
-            tokens_input=_tokens(row["tokens_input"]),
-            tokens_output=_tokens(row["tokens_output"]),
-            tokens_reasoning=_tokens(row["tokens_reasoning"]),
-            tokens_cache_read=_tokens(row["tokens_cache_read"]),
-            tokens_cache_write=_tokens(row["tokens_cache_write"]),
-            source="columns",
+        figures = _Figures(f"session {capture.session_id}")
+        for attr, (column, _, _) in _FIGURES.items():
+            figures.add(attr, row[column], figures.session, column)
+        return figures.spend("columns")
+    spend = _step_finish_spend(capture.parts, capture.session_id)
+    if capture.omitted_parts:
+        # Parts past the capture's bound may be steps: the sums over the kept ones are not
+        # the session's.
+        gap = rejected(
+            f"session {capture.session_id}",
+            "step-finish parts",
+            f"{capture.omitted_parts} parts not kept",
+            "past the capture's bound: the session's sums are unknown",
+            "store",
         )
-    return _step_finish_spend(capture.parts)
+        return replace(spend, unknown=frozenset(_FIGURES), rejected=(*spend.rejected, gap))
+    return spend
 
 
 def tree_spend(captures: Sequence[AgentSessionCaptured], root_session_id: str) -> Spend:
@@ -191,13 +254,20 @@ def sup_spend(
         return SupSpend(cwds, None, None, None, None)
     wanted = set(cwds)
     seen: set[str] = set()
-    sessions = tok_in = tok_out = 0
+    sessions = 0
+    total = ZERO
     for capture in captures:
         if capture.directory not in wanted or capture.session_id in seen:
             continue
         seen.add(capture.session_id)
-        spend = session_spend(capture)
+        total = total + session_spend(capture)
         sessions += 1
-        tok_in += spend.tokens_input
-        tok_out += spend.tokens_output + spend.tokens_reasoning
-    return SupSpend(cwds, sessions, tok_in, tok_out, tok_in + tok_out)
+    # A figure out of bounds in any counted session leaves the sums it feeds unknown.
+    tok_in = None if "tokens_input" in total.unknown else total.tokens_input
+    tok_out = (
+        None
+        if {"tokens_output", "tokens_reasoning"} & total.unknown
+        else total.tokens_output + total.tokens_reasoning
+    )
+    both = None if tok_in is None or tok_out is None else tok_in + tok_out
+    return SupSpend(cwds, sessions, tok_in, tok_out, both)

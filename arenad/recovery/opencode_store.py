@@ -21,6 +21,10 @@ What SQLite does with a read-only open (sqlite 3.40, checked in the tests):
 - ``-shm`` missing and not creatable with no (or an empty) ``-wal``: the main file
   holds every committed row, so it is read once more with ``immutable=1``.
 
+What a capture keeps is bounded (:mod:`arenad.recovery.capture_bounds`): a huge message or
+part is cut with its size and sha256 kept, a session or an attempt past its budget keeps
+the count of what it left out, a store with too many sessions is a gap.
+
 Anything that is not a readable opencode store (missing file, a directory, garbage,
 an SQLite file without a ``session`` table) is a ``StoreUnavailable`` carrying
 SQLite's error text: the caller records ``AgentStoreUnavailable``, never zeros.
@@ -37,6 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from arenad.recovery.capture_bounds import (
+    ATTEMPT_KEEP_BYTES,
+    MAX_SESSIONS,
+    ROW_VALUE_KEEP_CHARS,
+    ROW_VALUE_SPENT_CHARS,
+    SESSION_KEEP_BYTES,
+    cut_data,
+    cut_row,
+)
 from arenad.recovery.opencode_transcript import session_transcript
 from events.capture import (
     AgentSessionCaptured,
@@ -177,12 +190,24 @@ def _decode(kind: str, row_id: object, raw: object, unreadable: list[str]) -> st
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            unreadable.append(f"{kind} {row_id}: data is not UTF-8 ({exc.reason} at {exc.start})")
+            unreadable.append(
+                f"{kind} {_cut_id(row_id)}: data is not UTF-8 ({exc.reason} at {exc.start})"
+            )
             return None
     if isinstance(raw, str):
         return raw
-    unreadable.append(f"{kind} {row_id}: data is {'NULL' if raw is None else type(raw).__name__}")
+    what = "NULL" if raw is None else type(raw).__name__
+    unreadable.append(f"{kind} {_cut_id(row_id)}: data is {what}")
     return None
+
+
+class _Budget:
+    """What is left of the attempt's capture budget (capture_bounds.ATTEMPT_KEEP_BYTES)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = ATTEMPT_KEEP_BYTES
 
 
 def _capture(
@@ -191,9 +216,30 @@ def _capture(
     row: dict[str, Any],
     attempt: int,
     purpose: Purpose,
+    budget: _Budget,
 ) -> AgentSessionCaptured:
+    """One session, bounded (:mod:`arenad.recovery.capture_bounds`): data cut per row, rows
+    kept until the session's (or the attempt's) budget is spent, the rest counted."""
     session_id = row.get("id")
     unreadable: list[str] = []
+    room = min(SESSION_KEEP_BYTES, budget.left)
+    kept_bytes = 0
+    omitted = {"messages": 0, "parts": 0, "bytes": 0}
+
+    def keep(kind: str, data: str, *ids: str) -> tuple[str, int | None, str | None] | None:
+        """The data as kept (cut or whole), or None when past the budget (counted). Ids
+        are kept whole (they join parts to messages), so they count against it too."""
+        nonlocal kept_bytes
+        bounded = cut_data(data)
+        text = data if bounded is None else bounded.text
+        size = len(text.encode("utf-8", errors="surrogatepass")) + sum(map(len, ids))
+        if kept_bytes + size > room:
+            omitted[kind] += 1
+            omitted["bytes"] += bounded.size if bounded is not None else size
+            return None
+        kept_bytes += size
+        return (text, None, None) if bounded is None else (text, bounded.size, bounded.sha256)
+
     messages: list[MessageRow] = []
     for msg_id, created, raw in conn.execute(
         "SELECT id, time_created, CAST(data AS BLOB) FROM message "
@@ -201,11 +247,14 @@ def _capture(
         (session_id,),
     ):
         if not isinstance(msg_id, str) or not isinstance(created, int):
-            unreadable.append(f"message {msg_id}: id or time_created is not text/integer")
+            unreadable.append(f"message {_cut_id(msg_id)}: id or time_created is not text/integer")
             continue
         data = _decode("message", msg_id, raw, unreadable)
-        if data is not None:
-            messages.append(MessageRow(id=msg_id, time_created=created, data=data))
+        if data is not None and (kept := keep("messages", data, msg_id)) is not None:
+            text, size, sha = kept
+            messages.append(
+                MessageRow(id=msg_id, time_created=created, data=text, size=size, sha256=sha)
+            )
     parts: list[PartRow] = []
     for part_id, message_id, raw in conn.execute(
         "SELECT id, message_id, CAST(data AS BLOB) FROM part "
@@ -214,13 +263,22 @@ def _capture(
         (session_id,),
     ):
         if not isinstance(part_id, str) or not isinstance(message_id, str):
-            unreadable.append(f"part {part_id}: id or message_id is not text")
+            unreadable.append(f"part {_cut_id(part_id)}: id or message_id is not text")
             continue
         data = _decode("part", part_id, raw, unreadable)
-        if data is not None:
-            parts.append(PartRow(id=part_id, message_id=message_id, data=data))
-    parent = row.get("parent_id")
-    directory = row.get("directory")
+        if data is not None and (kept := keep("parts", data, part_id, message_id)) is not None:
+            text, size, sha = kept
+            parts.append(
+                PartRow(id=part_id, message_id=message_id, data=text, size=size, sha256=sha)
+            )
+    budget.left = max(0, budget.left - kept_bytes)
+    limit = ROW_VALUE_KEEP_CHARS if budget.left > 0 else ROW_VALUE_SPENT_CHARS
+    kept_row, cut = cut_row(row, limit)
+    if len(unreadable) > _UNREADABLE_KEPT:
+        more = len(unreadable) - _UNREADABLE_KEPT
+        unreadable = [*unreadable[:_UNREADABLE_KEPT], f"… and {more} more unreadable rows"]
+    parent = kept_row.get("parent_id")
+    directory = kept_row.get("directory")
     session = str(session_id)
     return AgentSessionCaptured(
         attempt=attempt,
@@ -229,12 +287,32 @@ def _capture(
         session_id=session,
         parent_id=None if parent is None else str(parent),
         directory="" if directory is None else str(directory),
-        row=row,
+        row=kept_row,
         messages=messages,
         parts=parts,
         unreadable=unreadable,
         # Folded once here, so no projection has to fold every row again.
         transcript=session_transcript(messages, parts, session),
+        omitted_messages=omitted["messages"],
+        omitted_parts=omitted["parts"],
+        omitted_bytes=omitted["bytes"],
+        cut=cut,
+    )
+
+
+_UNREADABLE_KEPT = 100
+
+
+def _cut_id(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+def _too_many(store_path: str, count: int) -> StoreUnavailable:
+    return StoreUnavailable(
+        store_path,
+        f"the store holds {count} sessions for this cell, more than the {MAX_SESSIONS} a"
+        " capture keeps (arenad.recovery.capture_bounds): not captured, its spend unknown",
     )
 
 
@@ -273,7 +351,10 @@ def capture_session_tree(
             if root_session_ids is not None:
                 wanted = _descendants(rows, root_session_ids)
                 rows = [r for r in rows if r.get("id") in wanted]
-            return [_capture(conn, store_path, row, attempt, purpose) for row in rows]
+            if len(rows) > MAX_SESSIONS:
+                return _too_many(store_path, len(rows))
+            budget = _Budget()
+            return [_capture(conn, store_path, row, attempt, purpose, budget) for row in rows]
     except (_Unavailable, sqlite3.Error) as exc:
         return StoreUnavailable(store_path, str(exc))
 
@@ -298,8 +379,8 @@ def capture_sessions_by_directory(
     try:
         with _snapshot(db_path, confine) as conn:
             rows = _session_rows(conn)
-            taken: set[object] = set()
-            captures: list[AgentSessionCaptured] = []
+            taken: list[dict[str, Any]] = []
+            taken_ids: set[object] = set()
             unmatched: list[str] = []
             for cwd in ordered:
                 direct = [r.get("id") for r in rows if r.get("directory") == cwd]
@@ -309,9 +390,13 @@ def capture_sessions_by_directory(
                 group = _descendants(rows, direct)
                 for row in rows:
                     sid = row.get("id")
-                    if sid in group and sid not in taken:
-                        taken.add(sid)
-                        captures.append(_capture(conn, store_path, row, attempt, "worker"))
+                    if sid in group and sid not in taken_ids:
+                        taken_ids.add(sid)
+                        taken.append(row)
+            if len(taken) > MAX_SESSIONS:
+                return _too_many(store_path, len(taken))
+            budget = _Budget()
+            captures = [_capture(conn, store_path, row, attempt, "worker", budget) for row in taken]
             return captures, unmatched
     except (_Unavailable, sqlite3.Error) as exc:
         return StoreUnavailable(store_path, str(exc))

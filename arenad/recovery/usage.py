@@ -14,8 +14,15 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from arenad.recovery.bounds import (
+    MAX_REJECTED_KEPT,
+    MAX_SESSION_TOKENS,
+    MAX_SESSION_USD,
+    out_of_bounds,
+    rejected,
+)
 from events.base import Event, Recorded
-from events.cell import SoloUsage
+from events.cell import RejectedFigure, SoloUsage
 from events.ingest import LineIngested
 
 
@@ -135,8 +142,57 @@ def stdout_objects(events: Iterable[Event | Recorded]) -> list[dict[str, Any]]:
 
 
 def usage_from_events(events: Sequence[Event | Recorded]) -> SoloUsage | None:
-    """The seed's usage figures from an attempt's ingested events (None: no stdout)."""
+    """The seed's usage figures from an attempt's ingested events (None: no stdout, or a
+    figure out of bounds: see :func:`checked_usage`)."""
+    return checked_usage(events)[0]
+
+
+# A step's figures and their bounds (arenad.recovery.bounds): (path under part, ceiling).
+_STEP_FIGURES: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("tokens", "input"), MAX_SESSION_TOKENS),
+    (("tokens", "output"), MAX_SESSION_TOKENS),
+    (("tokens", "reasoning"), MAX_SESSION_TOKENS),
+    (("tokens", "cache", "write"), MAX_SESSION_TOKENS),
+    (("tokens", "cache", "read"), MAX_SESSION_TOKENS),
+    (("tokens", "total"), MAX_SESSION_TOKENS),
+    (("cost",), MAX_SESSION_USD),
+)
+
+
+def stream_rejections(objects: Iterable[Any]) -> list[RejectedFigure]:
+    """The figures of the steps ``fold_oc_usage`` would count that are out of bounds (not
+    finite, negative, past a step's ceiling): a stream can be the agent's own (a command
+    arm's stdout), so a sum over it is not taken on trust."""
+    found: list[RejectedFigure] = []
+    step = 0
+    for o in objects:
+        part = _get(o, "part")
+        if not _is_object(part) or not _is_object(_get(part, "tokens")):
+            continue
+        step += 1
+        for path, ceiling in _STEP_FIGURES:
+            value: Any = part
+            for key in path:
+                value = _get(value, key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            reason = out_of_bounds(value, ceiling)
+            if reason is not None:
+                found.append(rejected(f"step {step}", ".".join(path), value, reason, "stream"))
+    return found
+
+
+def checked_usage(
+    events: Sequence[Event | Recorded],
+) -> tuple[SoloUsage | None, list[RejectedFigure]]:
+    """The seed's usage figures from an attempt's ingested events, when every step's
+    figures are within bounds; else None and the figures that are not (evidence). None
+    with nothing rejected: the run had no stdout."""
     lines = [item.event if isinstance(item, Recorded) else item for item in events]
     if not any(isinstance(e, LineIngested) and e.source == "stdout" for e in lines):
-        return None
-    return fold_oc_usage(stdout_objects(lines))
+        return None, []
+    objects = stdout_objects(lines)
+    found = stream_rejections(objects)
+    if found:
+        return None, found[:MAX_REJECTED_KEPT]
+    return fold_oc_usage(objects), []

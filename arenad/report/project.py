@@ -67,7 +67,7 @@ from typing import Literal
 import msgspec
 
 from arenad.cell.machine import CellState, fold
-from arenad.cell.spend import run_cost
+from arenad.cell.spend import run_cost, run_tokens
 from arenad.report.stats import bootstrap_mean_ci, mcnemar_exact, pass_at_k, quantile, wilson
 from events import cell as ev
 from events.base import Recorded
@@ -267,8 +267,8 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
                 attempt=n,
                 wall_s=run.wall_s,
                 cost_usd=_cost(kind, run),
-                tokens_in=run.recovered.spend.tokens_in if run.recovered else None,
-                tokens_out=run.recovered.spend.tokens_out if run.recovered else None,
+                tokens_in=run_tokens(run.recovered)[0],
+                tokens_out=run_tokens(run.recovered)[1],
                 settled_at_ms=run.settled_at_ms,
             )
             for n, run in sorted(runs.items())

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from arenad.report.project import ArmReport, MatrixCell, PairReport, Report, SpendPoint
+from arenad.terminal import printable
 
 __all__ = ["HTML_PAGE_CSP", "html_body", "html_css", "html_page", "json_bytes", "terminal", "utc"]
 
@@ -184,19 +185,20 @@ def _matrix_cell(m: MatrixCell | None) -> str:
 
 
 def _rich(grid: Grid) -> Table:
-    # Text, never str: a name like "[bold]" must print as itself, not as console markup.
-    table = Table(title=Text(grid.title))
+    # Text, never str: a name like "[bold]" must print as itself, not as console markup;
+    # and printable: a control character prints as its escape, never as an instruction.
+    table = Table(title=Text(printable(grid.title)))
     for i, col in enumerate(grid.head):
-        table.add_column(Text(col), justify="left" if i < grid.names else "right")
+        table.add_column(Text(printable(col)), justify="left" if i < grid.names else "right")
     for row in grid.rows:
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*(Text(printable(cell)) for cell in row))
     return table
 
 
 def terminal(report: Report) -> RenderableType:
     """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix."""
     names = ", ".join(report.campaigns) or "(none)"
-    parts: list[RenderableType] = [Text(f"arenad report: campaigns {names}")]
+    parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}"))]
     if not report.arms:
         return Group(*parts, Text("no cells"))
     parts += [_rich(_outcomes(report.arms)), _rich(_spend(report.arms))]

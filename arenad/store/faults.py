@@ -10,6 +10,9 @@
   ``max_page_count`` is pinned to its size), so the next appends fail as on a full disk.
 - ``readonly-after``: after the COMMIT the store refuses writes (``query_only``), so the
   next appends fail as on a store remounted read-only.
+- ``blob-limit-after``: after the COMMIT SQLite's length limit (``SQLITE_LIMIT_LENGTH``,
+  1 GB by default) drops to :data:`FAULT_BLOB_LIMIT`, so an append holding a larger event
+  fails with SQLite's own "string or blob too big", as a gigabyte capture would.
 
 It is read once, at the edge (the daemon's start), and handed to the store; nothing else
 reads the environment. An unset variable arms nothing; a malformed one, or a tag no event
@@ -32,7 +35,9 @@ ENV_VAR = "ARENAD_FAULT"
 # The exit status of an injected crash (distinct from any status arenad exits with).
 CRASH_EXIT = 86
 
-Action = Literal["crash-before", "crash-after", "full-after", "readonly-after"]
+Action = Literal["crash-before", "crash-after", "full-after", "readonly-after", "blob-limit-after"]
+# The length limit ``blob-limit-after`` leaves (bytes of one row of the log).
+FAULT_BLOB_LIMIT = 256 * 1024
 _KNOWN_TAGS = frozenset(event_tag_of_type(t) for t in EVENT_TYPES)
 
 

@@ -51,7 +51,7 @@ from arenad.store.chain import (
     length_prefixed,
     row_hash_parts,
 )
-from arenad.store.faults import FaultPlan
+from arenad.store.faults import FAULT_BLOB_LIMIT, FaultPlan
 from arenad.store.migrations import Migration, apply_migrations
 from arenad.store.rows import StoredRow, decode_rows
 from events.base import Event, Recorded
@@ -399,6 +399,12 @@ class SqliteEventStore(EventStore):
         elif action == "readonly-after":
             # A read-only store: every write is refused from now on.
             await self._db.execute("PRAGMA query_only = ON")
+        elif action == "blob-limit-after":
+            # A row past the limit is refused as SQLite refuses one past 1 GB. setlimit
+            # has no PRAGMA: it runs on the connection's own thread.
+            conn = self._db._conn
+            limit = (sqlite3.SQLITE_LIMIT_LENGTH, FAULT_BLOB_LIMIT)
+            await self._db._execute(conn.setlimit, *limit)  # type: ignore[no-untyped-call]
 
     async def _rollback(self) -> None:
         # A failed COMMIT or a constraint error may have rolled back already.

@@ -15,7 +15,8 @@ gitlinks, which the diff leaves out (``--ignore-submodules=all``: git then never
 ``.gitmodules``, which an agent could craft to make the diff fail); their paths come back in
 ``nested_repos``, a labelled gap. The diff goes straight to the patch file (no in-memory
 cap); its line count follows the seed's patchLineCount. Its head (up to
-``keep_bytes``) comes back with it, for the log (:mod:`arenad.verdict.excerpt`).
+``keep_bytes``) comes back with it, for the log (:mod:`arenad.verdict.excerpt`), after the
+list of every file in it (:mod:`arenad.verdict.patch_files`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from arenad.materialize.seal import (
     tree_evidence,
 )
 from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
-from events.cell import TextExcerpt
+from arenad.verdict.patch_files import patch_files
+from events.cell import PatchFile, TextExcerpt
 
 GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
 # The supervisor's own state: the reference excludes ``.loops``; newer writers keep it in
@@ -70,6 +72,10 @@ class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
     nested_repos: list[str] | None = None
     # The patch's first bytes, with its whole size and sha256 (None: not asked for).
     excerpt: TextExcerpt | None = None
+    # Every file of the patch with its size in it (arenad.verdict.patch_files), and the
+    # files past that list's bound.
+    files: list[PatchFile] | None = None
+    files_omitted: int = 0
 
 
 def exclude_pathspec(pattern: str) -> str:
@@ -163,6 +169,7 @@ async def _extract(
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+    files, omitted = patch_files(data)
     patch = PatchResult(
         path=os.fspath(out),
         lines=patch_line_count(data),
@@ -170,6 +177,8 @@ async def _extract(
         bytes=len(data),
         nested_repos=nested_repos(seal),
         excerpt=head_excerpt(data, keep_bytes),
+        files=files,
+        files_omitted=omitted,
     )
     return patch, _read_tree_out(seal)
 

@@ -132,6 +132,10 @@ class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
     wall_s: float | None
     verified: ev.CellVerified | None
     patch: ExcerptView | None
+    # Every file of the whole patch with its size in it, listed before the head's lines
+    # (None: recorded before the list was kept), and the files past the list, counted.
+    patch_files: list[ev.PatchFile] | None
+    patch_files_omitted: int
     patch_lines: list[DiffLine]
     verify_log: ExcerptView | None
     verdicts: list[ev.JudgeVerdictRecorded]
@@ -354,6 +358,8 @@ class _Attempt:
         self.wall_s: float | None = None
         self.verified: ev.CellVerified | None = None
         self.patch: ev.TextExcerpt | None = None
+        self.patch_files: list[ev.PatchFile] | None = None
+        self.patch_files_omitted = 0
         self.verify_log: ev.TextExcerpt | None = None
         self.verdicts: list[ev.JudgeVerdictRecorded] = []
         self.recovered: ev.CellRecovered | None = None
@@ -378,6 +384,7 @@ class _Attempt:
                 self.verified = e
             case ev.PatchCaptured():
                 self.patch = e.patch
+                self.patch_files, self.patch_files_omitted = e.files, e.files_omitted
             case ev.VerifyLogCaptured():
                 self.verify_log = e.log
             case ev.JudgeVerdictRecorded():
@@ -418,6 +425,8 @@ class _Attempt:
             wall_s=self.wall_s,
             verified=self.verified,
             patch=patch,
+            patch_files=self.patch_files,
+            patch_files_omitted=self.patch_files_omitted,
             patch_lines=diff_lines(patch.text) if patch is not None else [],
             verify_log=_excerpt(self.verify_log, "tail") if self.verify_log else None,
             verdicts=self.verdicts,

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from pathlib import Path
 
 import pytest
 
 from arenad import app
-from arenad.daemon.daemon import Daemon, DaemonFatal, DaemonOptions, signal_handlers
+from arenad.daemon.daemon import (
+    Daemon,
+    DaemonFatal,
+    DaemonOptions,
+    crash_reason,
+    signal_handlers,
+)
 from arenad.home import Home, open_store
 from events.control import DaemonStarted, DaemonStopped
 
@@ -53,3 +60,16 @@ async def test_signal_handlers_are_restored(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_crashed_steps_reason_is_one_line_never_a_traceback() -> None:
+    def step() -> None:
+        raise ValueError("bad\nvalue\x1b]0;")
+
+    try:
+        step()
+    except ValueError as exc:
+        reason = crash_reason(exc)
+    assert reason.startswith("the daemon's step failed: ValueError: bad value\x1b]0;")
+    assert re.search(r" \(at test_lifecycle\.py:\d+ in step\)$", reason), reason
+    assert "\n" not in reason and "Traceback" not in reason

@@ -172,6 +172,21 @@ def test_golden_cell_failed_rows_keep_their_meaning() -> None:
     ]
 
 
+def test_an_old_recovery_of_a_forged_store_decodes_as_unknown_with_its_evidence() -> None:
+    # An older arenad recorded a forged store's cost as is (1e300) and a stream whose
+    # token parts summed to inf (JSON null under a float): the row decodes, its usage is
+    # unknown, and the recorded value is kept as evidence (the folds refuse the 1e300:
+    # tests/recovery/test_bounds.py).
+    [old] = [
+        decode_event(p.encode(), t, v)
+        for t, v, p in _golden_rows()
+        if t == "cell.recovered" and '"oc_cost":null' in p
+    ]
+    assert isinstance(old, cell.CellRecovered)
+    assert old.usage is None and old.spend.cost_usd == 1e300
+    assert [(r.source, r.field, r.raw) for r in old.rejected] == [("stream", "cost", "null")]
+
+
 def test_import_events_is_this_repo() -> None:
     # The PyPI distribution named `events` must never shadow the data contract.
     repo = Path(__file__).resolve().parents[2]
