@@ -248,7 +248,7 @@ def _directory(path: Path, where: str) -> Iterator[Row]:
         splits = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
         raise CampaignError(
             f"{where}: instances_file {path} is a dataset with splits {', '.join(splits)}:"
-            f" name one, e.g. instances_file = \"{path.name}/{splits[0] if splits else 'test'}\""
+            f' name one, e.g. instances_file = "{path.name}/{splits[0] if splits else "test"}"'
         )
     if (path / "state.json").is_file():
         return _saved_dataset(path, where)
@@ -258,7 +258,7 @@ def _directory(path: Path, where: str) -> Iterator[Row]:
         raise CampaignError(
             f"{where}: instances_file {path} holds the shards of several splits"
             f" ({', '.join(names)}): name one with a glob, e.g."
-            f" \"{path.name}/{names[0]}-*.parquet\""
+            f' "{path.name}/{names[0]}-*.parquet"'
         )
     return _parquet_shards(shards, where, str(path))
 
