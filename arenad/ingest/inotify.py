@@ -266,6 +266,12 @@ class Inotify:
                     if exc.errno != errno.ENOENT:
                         log.warning("cannot watch a new directory, relying on rescans: %s", exc)
         if lost:
+            # Directories made while events were dropped have no watch yet (their
+            # IN_CREATE may be what was lost): add them before the watchers rescan, so what
+            # is written there later is heard.
+            for watch in told:
+                if watch.active:
+                    self._repair(watch)
             log.warning(
                 "inotify queue overflowed (fs.inotify.max_queued_events): %d watcher(s)"
                 " rescan their files",
@@ -275,6 +281,29 @@ class Inotify:
         for watch, rescan in told.items():
             if watch.active:
                 self._tell(watch, rescan)
+
+    def _repair(self, watch: Watch) -> None:
+        """Watch every directory of ``watch``'s tree (to its depth) that has no watch."""
+        known = {cb.path for subs in self._subs.values() for w, cb in subs.items() if w is watch}
+        self._add_missing(os.fsencode(watch.path), watch, 0, known)
+
+    def _add_missing(self, path: bytes, watch: Watch, level: int, known: set[bytes]) -> None:
+        if path not in known:
+            try:
+                self._add(path, watch, level)  # and everything below it
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    log.warning("cannot watch %s, relying on rescans: %s", os.fsdecode(path), exc)
+            return
+        if level >= watch.depth:
+            return
+        try:
+            with os.scandir(path) as entries:
+                subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for sub in subdirs:
+            self._add_missing(sub, watch, level + 1, known)
 
     def _tell(self, watch: Watch, rescan: bool) -> None:
         try:

@@ -207,3 +207,34 @@ async def test_a_watcher_whose_notify_raises_is_dropped_and_the_others_are_still
         assert len(reports) == 1
     finally:
         inotify.close()
+
+
+class _DeafTo(Inotify):
+    """An instance that never hands over the notifications naming ``deaf``: a directory
+    whose IN_CREATE was among the events the kernel dropped."""
+
+    deaf = b"sub"
+
+    def _hand_over(self, item: tuple[object, int, bytes]) -> None:  # type: ignore[override]
+        if item[2] != self.deaf:
+            super()._hand_over(item)  # type: ignore[arg-type]
+
+
+async def test_after_a_loss_a_directory_made_meanwhile_is_watched(tmp_path: Path) -> None:
+    reports: list[Event] = []
+    with tiny_inotify_queue(4):
+        inotify = _DeafTo(report=reports.append)
+    try:
+        told = Told()
+        inotify.watch(str(tmp_path), 1, told)
+        (tmp_path / "sub").mkdir()  # never heard of: no watch is added for it
+        assert inotify.directories == 1
+        for i in range(50):  # a real overflow
+            write(tmp_path / f"f{i}", b"x")
+        await until(lambda: bool(reports), what="the overflow report")
+        assert inotify.directories == 2  # repaired before the watchers were told
+        told.calls.clear()
+        write(tmp_path / "sub" / "w.ndjson", b"a\n")
+        await until(lambda: bool(told.calls), what="a write in the directory made meanwhile")
+    finally:
+        inotify.close()
