@@ -133,6 +133,22 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     # Nested repositories the agent left (gitlinks, new or moved): their files are in no
     # patch, a labelled gap. None = unknown.
     nested_repos: list[str] | None = None
+    # Where verify ran (arenad.verdict.grade): "checkout" = a fresh checkout of base with
+    # the stored patch applied; "workspace" = the agent's own ws (the campaign chose
+    # verify_in = "workspace"): a self-reported verdict. None = recorded before grading
+    # checkouts (then it was the workspace).
+    verify_in: Literal["checkout", "workspace"] | None = None
+    # Whether the stored patch applied to the grading checkout (False: it did not, and
+    # verify did not run: unresolved); None = not applied by arenad (workspace, older logs).
+    patch_applied: bool | None = None
+    # One line: how the patch applied, or git's reason it did not.
+    patch_apply_note: str | None = None
+    # The patch's files not applied for grading (runner config, binary with no data).
+    patch_left_out: list[str] | None = None
+    # Paths the agent changed under the excludes or runner-steering config: evidence
+    # (the grade took them from base), never a reason the result does not count.
+    # [] = checked, nothing; None = unknown.
+    tampered_paths: list[str] | None = None
 
 
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):

@@ -186,6 +186,10 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     executor: ExecutorSpec | None = None
     # A spec recorded before sandboxes decodes as the default: sandboxed.
     sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
+    # Where verify and the judge run (arenad.verdict.grade): a fresh checkout of base with
+    # the stored patch applied, or the agent's own workspace (self-reported). A spec
+    # recorded before grading checkouts decodes as the default: the checkout.
+    verify_in: Literal["checkout", "workspace"] = "checkout"
 
     @property
     def cell_id(self) -> str:

@@ -20,6 +20,11 @@ Every error names the file and the key or row it is about.
     excludes = [...]                  # default: the seed's test-file list; [] is refused
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
+    [verify]                          # optional
+    verify_in = "checkout"            # default: verify and judge run on a fresh checkout of
+                                      # base + the stored patch; "workspace": in the agent's
+                                      # ws, recorded as self-reported (docs/grading.md)
+
     [budget]                          # optional spend cap (USD), checked by the daemon
     max_usd = 50.0                    # before each cell starts; raise it with set-budget
     abort_running = false             # true: reaching it also aborts the running cells
@@ -238,6 +243,10 @@ class CandidateFile(_Strict, frozen=True, kw_only=True):
     id: str | None = None
 
 
+class VerifyFile(_Strict, frozen=True, kw_only=True):
+    verify_in: Literal["checkout", "workspace"] = "checkout"
+
+
 class BudgetFile(_Strict, frozen=True, kw_only=True):
     max_usd: float
     abort_running: bool = False
@@ -260,6 +269,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     budget: BudgetFile | None = None
     verify_template: str | None = None
     verify_timeout_s: float = 600.0
+    verify: VerifyFile | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     excludes: list[str] | None = None
     materializer: MaterializerFile | None = None
@@ -781,6 +791,7 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 candidate=r.candidate,
                 executor=r.executor,
                 sandbox=r.sandbox,
+                verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
             )
 
 

@@ -64,6 +64,7 @@ from arenad.sandbox.cellenv import cell_env_for
 from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
+from arenad.verdict.grade import GradeError, Grading
 from arenad.verdict.judge import no_verdict
 from arenad.verdict.patch import PatchResult
 from arenad.verdict.verify import VerifyResult
@@ -661,25 +662,41 @@ class CellRunner:
                 not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
             )
         verify_log = ctx.run_dir / "verify.log"
+        # Where verify and the judge run: a fresh checkout of base + the stored patch
+        # (never the agent's ws), unless the campaign chose its workspace.
+        grading = Grading(
+            verify_in=spec.verify_in,
+            run_dir=str(ctx.run_dir),
+            workspace=str(ctx.workspace),
+            env=ctx.env,
+            sandbox=ctx.sandbox,
+            seal=_seal(state),
+            patch_path=str(patch_path) if patch is not None else None,
+            base_env=dict(self.config.base_env),
+        )
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
-        async with stalls.reported(self.cell_id, "verify", verify_limit):
-            verdict = await self._unless_aborted(
-                site.call(
-                    steps.verify_step,
-                    spec.instance.verify_cmd,
-                    str(ctx.workspace),
-                    str(verify_log),
-                    ctx.env,
-                    spec.verify_timeout_s,
-                    ctx.sandbox,
+        try:
+            async with stalls.reported(self.cell_id, "verify", verify_limit):
+                graded = await self._unless_aborted(
+                    site.call(
+                        steps.verify_step,
+                        spec.instance.verify_cmd,
+                        grading,
+                        str(verify_log),
+                        spec.verify_timeout_s,
+                    )
                 )
-            )
-        if verdict is None:
+        except GradeError as exc:
+            await self._fail(state, "grade", str(exc), retryable=True)
+            return
+        verdict = graded.verify if graded is not None else None
+        if graded is None:
             outcome = Outcome(
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
             )
+        place = graded.place if graded is not None else None
         events: list[Event] = [
             ev.CellVerified(
                 attempt=state.attempt,
@@ -688,11 +705,22 @@ class CellRunner:
                 patch_path=str(patch_path) if patch is not None else None,
                 patch_lines=patch.lines if patch is not None else None,
                 patch_sha256=patch.sha256 if patch is not None else None,
-                verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
+                verify_rc=(
+                    verdict.rc
+                    if verdict is not None
+                    else None
+                    if graded is not None
+                    else groups.ABORT_CODE
+                ),
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
                 tampered=extraction.tampered,
                 nested_repos=patch.nested_repos if patch is not None else None,
+                verify_in=spec.verify_in,
+                patch_applied=place.applied if place is not None else None,
+                patch_apply_note=place.note if place is not None else None,
+                patch_left_out=place.left_out if place is not None else None,
+                tampered_paths=patch.tampered_paths if patch is not None else None,
             )
         ]
         if spec.judge is not None and outcome.scored:
@@ -701,18 +729,15 @@ class CellRunner:
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.
             judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
-            async with stalls.reported(self.cell_id, "judge", judge_limit):
-                judged = await self._unless_aborted(
-                    site.call(
-                        steps.judge_step,
-                        spec.judge,
-                        state.attempt,
-                        str(ctx.workspace),
-                        str(ctx.run_dir),
-                        ctx.env,
-                        ctx.sandbox,
+            try:
+                async with stalls.reported(self.cell_id, "judge", judge_limit):
+                    judged = await self._unless_aborted(
+                        site.call(
+                            steps.judge_step, spec.judge, state.attempt, grading, str(ctx.run_dir)
+                        )
                     )
-                )
+            except GradeError as exc:
+                judged = no_verdict(spec.judge, state.attempt, f"no grading checkout: {exc}")
             events.append(
                 judged
                 if judged is not None

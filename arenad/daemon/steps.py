@@ -14,10 +14,8 @@ from pathlib import Path
 from arenad.materialize import MaterializeResult, Seal, materialize
 from arenad.runs.executor import Tools
 from arenad.sandbox.cellenv import prepare_cell_env
-from arenad.sandbox.confine import CellSandbox
-from arenad.verdict.judge import run_judge
+from arenad.verdict.grade import Graded, Grading, judge_graded, verify_graded
 from arenad.verdict.patch import Extraction, extract_checked
-from arenad.verdict.verify import VerifyResult, run_verify
 from events.cell import JudgeVerdictRecorded
 from events.specs import CellSpec, JudgeSpec
 
@@ -56,28 +54,12 @@ async def patch_step(
 
 
 async def verify_step(
-    tools: Tools,
-    verify_cmd: str,
-    workspace: str,
-    log_path: str,
-    env: dict[str, str],
-    timeout_s: float,
-    sandbox: CellSandbox | None = None,
-) -> VerifyResult:
-    return await run_verify(
-        verify_cmd, workspace, log_path, env=env, timeout_s=timeout_s, sandbox=sandbox
-    )
+    tools: Tools, verify_cmd: str, grading: Grading, log_path: str, timeout_s: float
+) -> Graded:
+    return await verify_graded(grading, verify_cmd, log_path, timeout_s)
 
 
 async def judge_step(
-    tools: Tools,
-    spec: JudgeSpec,
-    attempt: int,
-    workspace: str,
-    run_dir: str,
-    env: dict[str, str],
-    sandbox: CellSandbox | None = None,
+    tools: Tools, spec: JudgeSpec, attempt: int, grading: Grading, run_dir: str
 ) -> JudgeVerdictRecorded:
-    return await run_judge(
-        spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env, sandbox=sandbox
-    )
+    return await judge_graded(grading, spec, attempt, run_dir)

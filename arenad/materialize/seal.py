@@ -12,6 +12,8 @@ itself a git dir::
     <root>/base.index   a copy of that first index, kept only when base has gitlinks
                         (nested repositories), to tell the agent's new ones apart
     <root>/base.tree    what the patch step's ``rev-parse <base>^{tree}`` said
+    <root>/tampered.out the paths the patch step found changed under the excludes and
+                        runner-steering config (arenad.verdict.grade)
 
 and records (in CellMaterialized) the base commit's tree and the identity of ``ws`` and
 ``ws/.git``: (device, inode, inode generation). ext4 gives a freed inode number to the next
@@ -46,6 +48,7 @@ FS_IOC_GETVERSION = 0x80087601
 INDEX = "index"
 BASE_INDEX = "base.index"
 TREE_OUT = "base.tree"
+TAMPER_OUT = "tampered.out"
 # A gitlink entry's mode (0o160000) as it sits in an index entry: a cheap "maybe" before a
 # parse (false positives are harmless).
 _GITLINK_MODE = struct.pack(">I", 0o160000)
@@ -75,6 +78,10 @@ class Seal(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def tree_out(self) -> str:
         return os.path.join(self.root, TREE_OUT)
+
+    @property
+    def tamper_out(self) -> str:
+        return os.path.join(self.root, TAMPER_OUT)
 
 
 def identity(path: str | os.PathLike[str]) -> str:

@@ -41,7 +41,8 @@ from arenad.materialize.seal import (
     tree_evidence,
 )
 from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
-from arenad.verdict.patch_files import patch_files
+from arenad.verdict.grade import BYPRODUCTS, tamper_pathspec
+from arenad.verdict.patch_files import FILES_KEPT, NAME_CHARS, patch_files
 from events.cell import PatchFile, TextExcerpt
 
 GIT_TIMEOUT_S = gitsafe.GIT_TIMEOUT_S
@@ -76,6 +77,9 @@ class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
     # files past that list's bound.
     files: list[PatchFile] | None = None
     files_omitted: int = 0
+    # Paths the agent changed under the excludes or runner-steering config
+    # (arenad.verdict.grade): none of them is graded as the agent left it. None: unknown.
+    tampered_paths: list[str] | None = None
 
 
 def exclude_pathspec(pattern: str) -> str:
@@ -145,6 +149,7 @@ async def _extract(
     spec = pathspec(excludes)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
+    tampered_paths: list[str] | None
     try:
         await gitsafe.run_git_steps(
             [
@@ -158,6 +163,7 @@ async def _extract(
                 gitsafe.GitStep(
                     args=diff_args(seal.base, excludes), stage="patch-diff", stdout=str(tmp)
                 ),
+                *_tamper_steps(seal, excludes),
             ],
             git_dir=seal.git_dir,
             work_tree=ws,
@@ -165,6 +171,14 @@ async def _extract(
             index=seal.index,
             timeout_s=timeout_s,
         )
+        tampered_paths = _read_names(seal.tamper_out)
+    except gitsafe.CommandError as exc:
+        # The patch was taken; only the list of what else changed could not be made.
+        if exc.stage not in _TAMPER_STAGES or exc.timed_out or not tmp.exists():
+            tmp.unlink(missing_ok=True)
+            raise
+        tampered_paths = None
+    try:
         data = tmp.read_bytes()
         os.replace(tmp, out)
     finally:
@@ -179,8 +193,46 @@ async def _extract(
         excerpt=head_excerpt(data, keep_bytes),
         files=files,
         files_omitted=omitted,
+        tampered_paths=tampered_paths,
     )
     return patch, _read_tree_out(seal)
+
+
+_TAMPER_STAGES = ("patch-tamper-add", "patch-tamper")
+
+
+def _tamper_steps(seal: Seal, excludes: list[str]) -> list[gitsafe.GitStep]:
+    """After the patch: stage everything else too (the excluded paths; ``.`` always
+    matches, where a pathspec of absent files would fail ``add``), then list what differs
+    from base under the excludes and the runner-steering config. The patch's pathspec
+    leaves those entries out, so a rerun takes the same patch."""
+    spec = tamper_pathspec(excludes, LOOPS_EXCLUDES)
+    return [
+        gitsafe.GitStep(
+            args=["add", "-A", "--", ".", *LOOPS_EXCLUDES, *BYPRODUCTS],
+            stage="patch-tamper-add",
+        ),
+        gitsafe.GitStep(
+            args=["diff", "--cached", "--name-only", "-z", *DIFF_FLAGS, seal.base, "--", *spec],
+            stage="patch-tamper",
+            stdout=seal.tamper_out,
+        ),
+    ]
+
+
+def _read_names(path: str) -> list[str] | None:
+    """``-z`` separated names (C-quoting is off with ``-z``), bounded like a patch's file
+    list; None when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    names = [n.decode("utf-8", errors="backslashreplace") for n in raw.split(b"\0") if n]
+    kept = [n if len(n) <= NAME_CHARS else n[: NAME_CHARS - 1] + "…" for n in names]
+    if len(kept) > FILES_KEPT:
+        return [*kept[:FILES_KEPT], f"… and {len(kept) - FILES_KEPT} more"]
+    return kept
 
 
 def _read_tree_out(seal: Seal) -> str:

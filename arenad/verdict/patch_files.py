@@ -17,12 +17,13 @@ not UTF-8 are shown as ``\\xNN``. The list is bounded (:data:`FILES_KEPT` entrie
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Final
 
 from events.cell import PatchFile
 
-__all__ = ["FILES_KEPT", "NAME_CHARS", "patch_files"]
+__all__ = ["FILES_KEPT", "NAME_CHARS", "patch_files", "section_names", "sections"]
 
 FILES_KEPT: Final = 5000
 NAME_CHARS: Final = 1024
@@ -133,3 +134,34 @@ def patch_files(data: bytes) -> tuple[list[PatchFile], int]:
         header = data[start : min(end, start + _HEADER_BYTES)].split(b"\n")[:_HEADER_LINES]
         files.append(PatchFile(path=_name(_section_path(header)), size=end - start))
     return files, max(0, len(starts) - FILES_KEPT)
+
+
+def sections(data: bytes) -> list[bytes]:
+    """``data`` (a git diff) cut into its files' sections, in order; bytes before the first
+    ``diff --git`` line (none in git's own output) are a section of their own."""
+    starts: list[int] = [0]
+    at = data.find(b"\n" + _DIFF)
+    while at >= 0:
+        starts.append(at + 1)
+        at = data.find(b"\n" + _DIFF, at + 1)
+    bounds = [*starts, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def section_names(section: bytes) -> list[str]:
+    """Every path a section's header names (where the file was and where it went: both
+    sides of a rename or copy), its quoting undone."""
+    header = section[:_HEADER_BYTES].split(b"\n")[:_HEADER_LINES]
+    names: list[bytes | None] = []
+    if header and header[0].startswith(_DIFF):
+        names.append(_from_diff_line(header[0][len(_DIFF) :]))
+    for line in header[1:]:
+        if line.startswith((b"@@", b"Binary files ", b"GIT binary patch")):
+            break
+        if line.startswith((b"rename to ", b"copy to ", b"rename from ", b"copy from ")):
+            names.append(_path(line.split(b" ", 2)[2], b""))
+        elif line.startswith(b"+++ "):
+            names.append(_path(line[4:], b"b/"))
+        elif line.startswith(b"--- "):
+            names.append(_path(line[4:], b"a/"))
+    return sorted({_name(n) for n in names if n is not None})
