@@ -16,7 +16,8 @@ Every error names the file and the key or row it is about.
     instance_ids = ["a__b-1", "c__d-2"] # optional: only these rows (file order is kept)
     instance_filter = "^django__"     # optional: then only ids this regex matches (re.search)
     limit = 50                        # optional: then only the first N of what is left
-    verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row
+    verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row,
+                                      # shell-quoted (never write it inside quotes)
     excludes = [...]                  # default: the seed's test-file list; [] is refused
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
@@ -101,6 +102,7 @@ import json
 import math
 import os
 import re
+import shlex
 import string
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
@@ -386,23 +388,63 @@ def _looks_like_url(raw: str) -> bool:
 
 
 def render_verify_template(template: str, row: dict[str, Any], where: str) -> str:
-    """Fill {field} placeholders from the instance row; unknown or malformed -> error."""
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise CampaignError(f"{where}: verify_template is malformed: {exc}") from None
-    for field in fields:
-        if not field.isidentifier():
-            raise CampaignError(
-                f"{where}: verify_template placeholder {{{field}}} is not a plain field name"
-            )
+    """Fill {field} placeholders from the instance row, each shell-quoted (``shlex.quote``:
+    a row's value is one word of the command, never shell syntax); unknown or malformed
+    -> error."""
+    for field in template_fields(template, where):
         if field not in row:
             raise CampaignError(
                 f"{where}: verify_template uses {{{field}}}, but instance"
                 f" {row.get('instance_id')!r} has no field {field!r}"
             )
-    values = {k: v if isinstance(v, str) else json.dumps(v) for k, v in row.items()}
+    values = {
+        k: shlex.quote(v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()
+    }
     return template.format(**values)
+
+
+def template_fields(template: str, where: str) -> list[str]:
+    """The template's {field} names; CampaignError (naming ``where`` and verify_template)
+    for a malformed template, a placeholder that is not a plain field name, or one written
+    inside quotes (its value is quoted already: quoting it again would unquote it)."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise CampaignError(f"{where}: verify_template is malformed: {exc}") from None
+    fields = []
+    quote: str | None = None
+    for literal, field, spec, conversion in parsed:
+        quote = _quote_after(literal, quote)
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            raise CampaignError(
+                f"{where}: verify_template placeholder {{{field}}} is not a plain field name"
+            )
+        if quote is not None:
+            raise CampaignError(
+                f"{where}: verify_template puts {{{field}}} inside {quote}quotes{quote}: write"
+                f" {{{field}}} bare, arenad shell-quotes each value"
+            )
+        fields.append(field)
+    return fields
+
+
+def _quote_after(text: str, quote: str | None) -> str | None:
+    """The shell's quoting state after ``text``, starting in ``quote`` (None, ' or ")."""
+    escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = None if ch == "'" else quote
+        elif ch == "\\":
+            escaped = True
+        elif quote == '"':
+            quote = None if ch == '"' else quote
+        elif ch in "'\"":
+            quote = ch
+    return quote
 
 
 def _instance(row: dict[str, Any], template: str | None, where: str) -> InstanceSpec:
@@ -608,6 +650,8 @@ def _check_file(parsed: CampaignFile, where: str) -> None:
     if parsed.instance_ids is not None and not parsed.instance_ids:
         raise CampaignError(f"{where}: instance_ids must name at least one instance")
     check_seconds(parsed.verify_timeout_s, "verify_timeout_s", where)
+    if parsed.verify_template is not None:
+        template_fields(parsed.verify_template, where)
     if parsed.judge is not None:
         check_seconds(parsed.judge.timeout_s, "[judge] timeout_s", where)
     if parsed.budget is not None:

@@ -3,6 +3,8 @@ naming what and where, and `arenad submit` appends nothing when there is one."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -129,13 +131,48 @@ def test_an_executor_table_goes_into_every_cell(tmp_path: Path) -> None:
 def test_verify_templates_render_from_row_fields(tmp_path: Path) -> None:
     row = {"instance_id": "i", "test_file": "t/test_x.py", "FAIL_TO_PASS": ["a", "b"]}
     assert render_verify_template("pytest {test_file}", row, "w") == "pytest t/test_x.py"
-    assert render_verify_template("echo {FAIL_TO_PASS}", row, "w") == 'echo ["a", "b"]'
+    assert render_verify_template("echo {FAIL_TO_PASS}", row, "w") == """echo '["a", "b"]'"""
     with pytest.raises(CampaignError, match="has no field 'nope'"):
         render_verify_template("pytest {nope}", row, "w")
     with pytest.raises(CampaignError, match="malformed"):
         render_verify_template("pytest {test_file", row, "w")
     with pytest.raises(CampaignError, match="not a plain field name"):
         render_verify_template("pytest {0}", row, "w")
+
+
+def test_template_fields_are_shell_quoted_and_an_injection_is_inert(tmp_path: Path) -> None:
+    evil = "'; touch /tmp/x; exit 0; '"
+    row = {"instance_id": "i", "f": evil, "name": "it's"}
+    cmd = render_verify_template("test -n {f} && echo {name}", row, "w")
+    assert shlex.split(cmd) == ["test", "-n", evil, "&&", "echo", "it's"]
+    marker = tmp_path / "x"
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            render_verify_template("printf %s {f}; false", {"f": f"; touch {marker}"}, "w"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.stdout == f"; touch {marker}" and out.returncode == 1 and not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["pytest '{f}'", 'pytest "{f}"', 'pytest "a {f} b"', "echo 'x' \"y {f}\""],
+)
+def test_a_field_inside_quotes_is_refused_at_load(tmp_path: Path, template: str) -> None:
+    text = GOOD.replace('name = "c1"', f'name = "c1"\nverify_template = {json.dumps(template)}')
+    with pytest.raises(CampaignError, match=r"verify_template puts \{f\} inside") as info:
+        load_campaign(write(tmp_path, text))
+    assert str(tmp_path) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("template", ["pytest {f}", "echo 'a' {f} \"b\"", "echo \\'{f}"])
+def test_a_bare_field_is_accepted(template: str) -> None:
+    assert render_verify_template(template, {"f": "v"}, "w").endswith(("v", '"b"'))
 
 
 def test_instances_file_rows_keep_extra_fields(tmp_path: Path) -> None:
@@ -587,3 +624,12 @@ def test_bad_sandbox_tables_say_what_and_where(tmp_path: Path, table: str, messa
         load_campaign(write(tmp_path, text))
     assert message in str(info.value)
     assert str(tmp_path / "c.toml") in str(info.value)
+
+
+def test_verify_in_defaults_to_the_checkout_and_workspace_is_a_choice(tmp_path: Path) -> None:
+    assert load_campaign(write(tmp_path, GOOD)).cells[0].verify_in == "checkout"
+    text = GOOD.replace("[materializer]", '[verify]\nverify_in = "workspace"\n[materializer]')
+    assert load_campaign(write(tmp_path, text)).cells[0].verify_in == "workspace"
+    bad = GOOD.replace("[materializer]", '[verify]\nverify_in = "ws"\n[materializer]')
+    with pytest.raises(CampaignError, match="verify_in"):
+        load_campaign(write(tmp_path, bad))
