@@ -63,13 +63,15 @@ def _one(events: list[Event], kind: type) -> Event:
 
 def test_every_child_gets_its_own_working_directory_as_pwd(tmp_path: Path) -> None:
     """An agent started directly (no shell to repair PWD) and the verify command see PWD =
-    their real working directory, not the daemon's."""
-    verify = f'python3 -c "{PRINT_PWD.replace("pwd.txt", "verify-pwd.txt")}"'
+    their real working directory, not the daemon's (verify's: the grading checkout)."""
+    verify = "python3 -c \"import os; print(os.environ.get('PWD', '<none>'))\""
     _home, events = _run(tmp_path, ["python3", "-c", PRINT_PWD], verify_cmd=verify)
     started = _one(events, ev.RunStarted)
     ws = Path(started.cwd)  # type: ignore[attr-defined]
     assert (ws / "pwd.txt").read_text() == str(ws)
-    assert (ws / "verify-pwd.txt").read_text() == str(ws)
+    verified = _one(events, ev.CellVerified)
+    log = Path(verified.verify_log or "").read_text()  # type: ignore[attr-defined]
+    assert log == f"{ws.parent / 'grade' / 'ws'}\n"
     assert isinstance(events[-1], ev.CellRecovered)
 
 
