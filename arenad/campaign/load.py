@@ -397,9 +397,7 @@ def render_verify_template(template: str, row: dict[str, Any], where: str) -> st
                 f"{where}: verify_template uses {{{field}}}, but instance"
                 f" {row.get('instance_id')!r} has no field {field!r}"
             )
-    values = {
-        k: shlex.quote(v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()
-    }
+    values = {k: shlex.quote(v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()}
     return template.format(**values)
 
 

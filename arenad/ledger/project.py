@@ -315,12 +315,21 @@ def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
 
 def _run_metrics(a: _Attempt, n: int) -> dict[str, Any]:
     v = a.verified
-    return {
+    out: dict[str, Any] = {
         "scored": a.scored,
         "not_scored_reason": v.not_scored_reason if v is not None else None,
         "rc": a.ended.rc if a.ended is not None else None,
         "attempt": n,
     }
+    if v is not None and v.verify_in is not None:
+        # Where the verdict was made (a "workspace" one is self-reported), whether the
+        # patch applied to the grading checkout, and what the agent changed that it had no
+        # business changing (absent from verdicts recorded before grading checkouts).
+        out["verify_in"] = v.verify_in
+        out["self_reported"] = v.verify_in == "workspace"
+        out["patch_applied"] = v.patch_applied
+        out["tampered_paths"] = v.tampered_paths
+    return out
 
 
 def _judged_outcome(

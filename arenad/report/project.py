@@ -20,7 +20,10 @@ Decisions (where the issue is silent):
   verify command's pass/fail, as the ledger's reward does; an unscored run is never
   resolved, whatever a judge said. An unscored run (timed out, aborted, non-zero exit)
   is an unresolved outcome: the agent had its chance.
-- **The resolve rate** is resolved / decided, decided = resolved + unresolved cells.
+- **The resolve rate** is resolved / decided, decided = resolved + unresolved cells. A
+  verdict made in the agent's own workspace (``[verify] verify_in = "workspace"``) is
+  self-reported: an arm's rate over any such verdict is labeled so, with their count
+  (verdicts recorded before grading checkouts carry no ``verify_in`` and are not labeled).
   Infrastructure and operator failures and pending cells are counted apart and are not
   in the denominator. Its 95 % interval is Wilson's over the decided cells (reps are
   treated as independent trials; the paired figures below keep instances as the unit).
@@ -118,6 +121,11 @@ class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
     outcome: Outcome
     scored: bool
     runs: tuple[RunFacts, ...]
+    # The verdict was made in the agent's own workspace (``verify_in = "workspace"``).
+    self_reported: bool = False
+    # The agent changed paths under the excludes or runner config (the verdict's
+    # ``tampered_paths``; graded as in base unless self-reported).
+    tampered: bool = False
 
 
 class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,6 +156,11 @@ class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
     tokens_unknown_runs: int
     wall_s_median: float | None
     wall_s_p90: float | None
+    # Decided cells whose verdict was made in the agent's workspace: a resolve rate over
+    # any of them is labeled self-reported.
+    self_reported: int = 0
+    # Cells whose agent changed excluded paths or runner config (recorded, not graded).
+    tampered: int = 0
 
 
 class PairReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,6 +265,7 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
     kind = type(spec.arm).__struct_config__.tag
     assert isinstance(kind, str)
     outcome, scored = _outcome(state)
+    verified = state.verified
     return CellFacts(
         cell_id=state.cell_id,
         campaign=spec.campaign,
@@ -273,6 +287,8 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
             )
             for n, run in sorted(runs.items())
         ),
+        self_reported=verified is not None and verified.verify_in == "workspace",
+        tampered=verified is not None and bool(verified.tampered_paths),
     )
 
 
@@ -337,6 +353,8 @@ def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) 
         tokens_unknown_runs=tok_unknown,
         wall_s_median=quantile(walls, 0.5),
         wall_s_p90=quantile(walls, 0.9),
+        self_reported=sum(c.self_reported and c.outcome in DECIDED for c in cells),
+        tampered=sum(c.tampered for c in cells),
     )
 
 

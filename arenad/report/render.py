@@ -120,13 +120,21 @@ def _outcomes(arms: Sequence[ArmReport]) -> Grid:
             a.kind,
             *map(str, (a.cells, a.scored, a.resolved, a.decided, a.infra_failed)),
             *map(str, (a.operator_failed, a.pending)),
-            _pct(a.resolve_rate),
+            _rate(a),
             _ci(a.ci95),
             _pass_k(a),
         )
         for a in arms
     ]
     return Grid("Outcomes (resolve rate = resolved / decided)", head, rows, 2)
+
+
+def _rate(a: ArmReport) -> str:
+    """The resolve rate, labeled when any verdict in it was the agent's own workspace's."""
+    rate = _pct(a.resolve_rate)
+    if a.self_reported:
+        rate += f" (self-reported: {a.self_reported} of {a.decided})"
+    return rate
 
 
 def _spend(arms: Sequence[ArmReport]) -> Grid:
@@ -298,6 +306,7 @@ def _rate_plot(arms: Sequence[ArmReport]) -> str:
         body.append(_line(x(a.ci95[0]), y, x(a.ci95[1]), y, _color(i), 3))
         body.append(f'<circle cx="{_f(x(a.resolve_rate))}" cy="{_f(y)}" r="5" fill="{_color(i)}"/>')
         label = f"{_pct(a.resolve_rate)} {_ci(a.ci95)} n={a.decided}"
+        label += " self-reported" if a.self_reported else ""
         body.append(_text(right + 8, y + 4, label))
     return _svg(right + 200, height, "resolve rate per arm with 95% interval", body)
 
