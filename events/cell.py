@@ -73,6 +73,11 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     node: str | None = None
     # The run's view of the machine (None: recorded before runs were sandboxed).
     sandbox: SandboxView | None = None
+    # The run's cgroup (arenad.runs.cgroups; its name under the home's parent) and, for a
+    # run that asked for limits and got none, why (None: recorded before limits, or none
+    # asked for).
+    cgroup: str | None = None
+    unlimited_reason: str | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
@@ -113,6 +118,9 @@ class RunAborted(Event, tag="run.aborted", frozen=True, kw_only=True):
     rc: int | None = 130
     wall_s: float | None = None
     reason: str
+    # The cell's limit that ended the run: "memory", "pids" or "disk" (the reason then
+    # says "out of memory", "pids limit", "disk limit"); None: no limit did.
+    limit: str | None = None
 
 
 class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):

@@ -56,7 +56,7 @@ from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwrit
 from arenad.home import Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
-from arenad.runs import groups
+from arenad.runs import cgroups, groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
@@ -70,6 +70,7 @@ from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.capture import AgentStoreUnavailable
+from events.specs import SandboxSpec
 from events.streams import capture_stream, ingest_stream
 
 T = TypeVar("T")
@@ -367,6 +368,9 @@ class CellRunner:
             kill_grace_s=launch.kill_grace_s,
             stream=self.writer.stream,
             attempt=state.attempt,
+            limits=_limits(state.spec.sandbox),
+            disk_dir=str(ctx.run_dir) if state.spec.sandbox.disk_bytes is not None else None,
+            disk_bytes=state.spec.sandbox.disk_bytes,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):
@@ -393,6 +397,8 @@ class CellRunner:
             executor=record.executor,
             node=record.node,
             sandbox=launch.sandbox,
+            cgroup=record.cgroup,
+            unlimited_reason=record.unlimited_reason,
         )
         try:
             state = await self._append([*before_start, started])
@@ -546,6 +552,16 @@ class CellRunner:
         attempt = state.attempt
         outcome: Event
         match end.how:
+            case "exited" | "lost" if end.limit is not None:
+                # The cell's own limit ended it (the cgroup's counters, or the wrapper's
+                # disk check): the agent's failure, named, with its real exit status.
+                outcome = ev.RunAborted(
+                    attempt=attempt,
+                    rc=end.code,
+                    wall_s=wall_s,
+                    reason=cgroups.LIMIT_REASONS.get(end.limit, f"{end.limit} limit"),
+                    limit=end.limit,
+                )
             case "exited":
                 assert end.code is not None
                 outcome = ev.RunCompleted(attempt=attempt, rc=end.code, wall_s=wall_s)
@@ -885,6 +901,12 @@ def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | N
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
     return out
+
+
+def _limits(sandbox: SandboxSpec) -> cgroups.Limits | None:
+    """The cgroup limits a cell's runs get (None: none asked for)."""
+    limits = cgroups.Limits(memory_bytes=sandbox.memory_bytes, pids=sandbox.pids, cpus=sandbox.cpus)
+    return limits if limits.any else None
 
 
 def _output_capped(

@@ -317,17 +317,19 @@ def remove(group: Group) -> bool:
     return gone
 
 
-def reap(hierarchy: Hierarchy, parent: str, keep: set[str]) -> list[str]:
-    """Remove the groups under ``parent`` that no live run holds (``keep``: the names of
-    runs being adopted): a daemon that crashed left them. Returns the names removed."""
+def reap(hierarchy: Hierarchy, parent: str) -> list[str]:
+    """Remove the empty groups under ``parent``: a daemon that crashed left them. A group
+    with processes is a run the new daemon adopts (it removes the group at the run's end),
+    so it is left alone. Returns the names removed."""
     names: set[str] = set()
     for base in hierarchy.bases.values():
         top = os.path.join(base, parent)
         with contextlib.suppress(OSError):
             names.update(e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False))
     removed = []
-    for name in sorted(names - keep):
-        if remove(find(hierarchy, parent, name)):
+    for name in sorted(names):
+        group = find(hierarchy, parent, name)
+        if not members(group) and remove(group):
             removed.append(name)
     return removed
 
