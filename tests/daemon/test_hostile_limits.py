@@ -37,8 +37,7 @@ done
 wait
 """
 FORKER = r"""
-f() { f | f & }; f
-sleep 120
+while true; do sleep 120 & done
 """
 FILLER = r"""
 head -c $((64 << 20)) /dev/zero > big.bin
