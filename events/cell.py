@@ -113,6 +113,14 @@ class RunTimedOut(Event, tag="run.timed_out", frozen=True, kw_only=True):
     wall_s: float
 
 
+# How an outcome says which of the cell's limits ended its run (RunAborted.limit).
+LIMIT_REASONS: dict[str, str] = {
+    "memory": "out of memory",
+    "pids": "pids limit",
+    "disk": "disk limit",
+}
+
+
 class RunAborted(Event, tag="run.aborted", frozen=True, kw_only=True):
     attempt: int
     rc: int | None = 130

@@ -40,6 +40,8 @@ from typing import Literal
 
 import msgspec
 
+from events import cell as cell_events
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
@@ -55,11 +57,7 @@ _KILL_PAUSE_S = 0.02
 
 Limit = Literal["memory", "pids", "disk"]
 # How an outcome says which limit ended the run (also the reason's words).
-LIMIT_REASONS: dict[str, str] = {
-    "memory": "out of memory",
-    "pids": "pids limit",
-    "disk": "disk limit",
-}
+LIMIT_REASONS = cell_events.LIMIT_REASONS
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
