@@ -142,6 +142,8 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     verify_rc: int | None = None
     verify_pass: bool | None = None
     verify_log: str | None = None
+    # The cell's limit that ended the verify command ("memory", "pids"); None: none did.
+    verify_limit: str | None = None
     # What the agent changed that it had no business changing (its ws/.git replaced, the
     # base rewritten): then the result is not scored. [] = checked, nothing found;
     # None = not checked (the workspace had no seal).

@@ -70,7 +70,6 @@ from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
 from events.capture import AgentStoreUnavailable
-from events.specs import SandboxSpec
 from events.streams import capture_stream, ingest_stream
 
 T = TypeVar("T")
@@ -368,7 +367,7 @@ class CellRunner:
             kill_grace_s=launch.kill_grace_s,
             stream=self.writer.stream,
             attempt=state.attempt,
-            limits=_limits(state.spec.sandbox),
+            limits=cgroups.limits_of(state.spec.sandbox),
             disk_dir=str(ctx.run_dir) if state.spec.sandbox.disk_bytes is not None else None,
             disk_bytes=state.spec.sandbox.disk_bytes,
         )
@@ -680,18 +679,24 @@ class CellRunner:
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
-        async with stalls.reported(self.cell_id, "verify", verify_limit):
-            verdict = await self._unless_aborted(
-                site.call(
-                    steps.verify_step,
-                    spec.instance.verify_cmd,
-                    str(ctx.workspace),
-                    str(verify_log),
-                    ctx.env,
-                    spec.verify_timeout_s,
-                    ctx.sandbox,
+        try:
+            async with stalls.reported(self.cell_id, "verify", verify_limit):
+                verdict = await self._unless_aborted(
+                    site.call(
+                        steps.verify_step,
+                        spec.instance.verify_cmd,
+                        str(ctx.workspace),
+                        str(verify_log),
+                        ctx.env,
+                        spec.verify_timeout_s,
+                        ctx.sandbox,
+                    )
                 )
-            )
+        except groups.SpawnError as exc:
+            # The machine refused a process (EAGAIN: a fork flood elsewhere, a full
+            # table): not the agent's result. One line, and a new attempt.
+            await self._fail(state, "verify", str(exc), retryable=True)
+            return
         if verdict is None:
             outcome = Outcome(
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
@@ -707,6 +712,7 @@ class CellRunner:
                 verify_rc=verdict.rc if verdict is not None else groups.ABORT_CODE,
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                verify_limit=verdict.limit if verdict is not None else None,
                 tampered=extraction.tampered,
                 nested_repos=patch.nested_repos if patch is not None else None,
             )
@@ -901,12 +907,6 @@ def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | N
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
     return out
-
-
-def _limits(sandbox: SandboxSpec) -> cgroups.Limits | None:
-    """The cgroup limits a cell's runs get (None: none asked for)."""
-    limits = cgroups.Limits(memory_bytes=sandbox.memory_bytes, pids=sandbox.pids, cpus=sandbox.cpus)
-    return limits if limits.any else None
 
 
 def _output_capped(

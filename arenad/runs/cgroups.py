@@ -27,6 +27,7 @@ crashed are reaped when the next one starts (:func:`reap`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hashlib
@@ -34,13 +35,14 @@ import os
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from events import cell as cell_events
+from events.specs import SandboxSpec
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
@@ -340,3 +342,65 @@ def lower_own_oom_score(value: int = DAEMON_OOM_SCORE_ADJ) -> bool:
     except OSError:
         return False
     return True
+
+
+def limits_of(sandbox: SandboxSpec) -> Limits | None:
+    """The cgroup limits a cell's runs get (None: none asked for)."""
+    limits = Limits(memory_bytes=sandbox.memory_bytes, pids=sandbox.pids, cpus=sandbox.cpus)
+    return limits if limits.any else None
+
+
+class Scope:
+    """A short run's group (verify, judge) while it runs: the argv that joins it, and
+    afterwards the limit its counters name."""
+
+    def __init__(self, group: Group | None, unlimited_reason: str | None) -> None:
+        self.group = group
+        self.unlimited_reason = unlimited_reason
+        self.counters: Counters | None = None
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        return join_argv(self.group, argv) if self.group is not None else list(argv)
+
+    def limit(self, succeeded: bool) -> Limit | None:
+        """The limit that ended the run (never for one that succeeded)."""
+        if succeeded or self.counters is None:
+            return None
+        return limit_hit(self.counters)
+
+
+_HIERARCHY: list[Hierarchy | None] = []
+
+
+def _hierarchy() -> Hierarchy | None:
+    # Probed once per process: the machine's cgroup layout does not change under us.
+    if not _HIERARCHY:
+        _HIERARCHY.append(probe())
+    return _HIERARCHY[0]
+
+
+@contextlib.asynccontextmanager
+async def scope(
+    limits: Limits | None, home: str | os.PathLike[str], key: str, step: str
+) -> AsyncIterator[Scope]:
+    """A group for one run of ``step`` (``key``: what makes it unique, the run dir),
+    removed (its processes killed) when the block ends; ``limits`` None: no group."""
+    hierarchy = _hierarchy() if limits is not None else None
+    if limits is None:
+        yield Scope(None, None)
+        return
+    if hierarchy is None:
+        yield Scope(None, "no cgroup hierarchy with memory, pids and cpu controllers here")
+        return
+    name = group_name(key, 0, step)
+    try:
+        group = await asyncio.to_thread(create, hierarchy, parent_name(home), name, limits)
+    except OSError as exc:
+        yield Scope(None, f"cannot make cgroup {name}: {exc.strerror or exc}")
+        return
+    held = Scope(group, None)
+    try:
+        yield held
+    finally:
+        held.counters = await asyncio.to_thread(read_counters, group)
+        await asyncio.to_thread(remove, group)
