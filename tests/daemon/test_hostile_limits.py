@@ -48,7 +48,18 @@ echo fixed > fix.txt
 """
 
 
-def _campaign(tmp_path: Path, name: str, script: str, sandbox: str, **kw: object) -> Path:
+# A verify whose test suite (the agent's code) takes more memory than the cell may.
+VERIFY_HOG = "python3 -c \"b = b'x' * (300 << 20)\""
+
+
+def _campaign(
+    tmp_path: Path,
+    name: str,
+    script: str,
+    sandbox: str,
+    instances: tuple[str, ...] = ("i1",),
+    verify_cmd: str = "test -f fix.txt",
+) -> Path:
     repo = tmp_path / f"repo-{name}"
     base = make_repo(repo, {"a.txt": "a\n"})
     return command_campaign(
@@ -57,10 +68,10 @@ def _campaign(tmp_path: Path, name: str, script: str, sandbox: str, **kw: object
         repo=repo,
         base=base,
         argv=["bash", "-c", script],
-        verify_cmd="test -f fix.txt",
+        verify_cmd=verify_cmd,
         timeout_s=100,
         extra=f"[sandbox]\n{sandbox}\n",
-        **kw,  # type: ignore[arg-type]
+        instances=instances,
     )
 
 
@@ -75,10 +86,11 @@ def test_a_hog_a_fork_loop_and_a_filler_end_only_their_own_cells(tmp_path: Path)
         _campaign(tmp_path, "forker", FORKER, "pids = 64"),
         _campaign(tmp_path, "filler", FILLER, 'disk = "16MiB"'),
         _campaign(tmp_path, "good", INNOCENT, "", instances=("i1", "i2")),
+        _campaign(tmp_path, "vhog", INNOCENT, 'memory = "128MiB"', verify_cmd=VERIFY_HOG),
     ]
     submitted(home, *camps)
     daemon = start_daemon(
-        home, "--until-idle", "--max-parallel", "5", stderr=tmp_path / "daemon.err"
+        home, "--until-idle", "--max-parallel", "6", stderr=tmp_path / "daemon.err"
     )
     assert daemon.wait(timeout=240) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
     records = read_all(home)
@@ -100,6 +112,9 @@ def test_a_hog_a_fork_loop_and_a_filler_end_only_their_own_cells(tmp_path: Path)
         assert any(isinstance(e, ev.RunCompleted) and e.rc == 0 for e in events), events
         verified = next(e for e in events if isinstance(e, ev.CellVerified))
         assert verified.verify_pass is True and verified.scored is True, verified
+    events = _events(records, "vhog:i1:CMD:0")
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert verified.verify_limit == "memory" and verified.verify_pass is False, verified
     # The groups went with their runs.
     hierarchy = cgroups.probe()
     assert hierarchy is not None
