@@ -338,7 +338,7 @@ def _counter(path: str, key: str) -> int:
     return 0
 
 
-def _disk_use(root: str, max_entries: int) -> int:
+def disk_use(root: str, max_entries: int = DISK_WALK_ENTRIES) -> int:
     """Bytes allocated under ``root`` (a lower bound once ``max_entries`` are seen)."""
     total = 0
     seen = 0
@@ -402,7 +402,7 @@ class _Limits:
             and self.disk_max > 0
             and now >= self.next_disk
         ):
-            used = _disk_use(self.disk_dir, DISK_WALK_ENTRIES)
+            used = disk_use(self.disk_dir, DISK_WALK_ENTRIES)
             took = time.monotonic() - now
             self.next_disk = now + max(DISK_CHECK_S, 10 * took)
             if used > self.disk_max:
