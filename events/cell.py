@@ -73,6 +73,11 @@ class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):
     node: str | None = None
     # The run's view of the machine (None: recorded before runs were sandboxed).
     sandbox: SandboxView | None = None
+    # The run's cgroup (arenad.runs.cgroups; its name under the home's parent) and, for a
+    # run that asked for limits and got none, why (None: recorded before limits, or none
+    # asked for).
+    cgroup: str | None = None
+    unlimited_reason: str | None = None
 
 
 class RunAdopted(Event, tag="run.adopted", frozen=True, kw_only=True):
@@ -108,11 +113,22 @@ class RunTimedOut(Event, tag="run.timed_out", frozen=True, kw_only=True):
     wall_s: float
 
 
+# How an outcome says which of the cell's limits ended its run (RunAborted.limit).
+LIMIT_REASONS: dict[str, str] = {
+    "memory": "out of memory",
+    "pids": "pids limit",
+    "disk": "disk limit",
+}
+
+
 class RunAborted(Event, tag="run.aborted", frozen=True, kw_only=True):
     attempt: int
     rc: int | None = 130
     wall_s: float | None = None
     reason: str
+    # The cell's limit that ended the run: "memory", "pids" or "disk" (the reason then
+    # says "out of memory", "pids limit", "disk limit"); None: no limit did.
+    limit: str | None = None
 
 
 class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
@@ -126,6 +142,8 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     verify_rc: int | None = None
     verify_pass: bool | None = None
     verify_log: str | None = None
+    # The cell's limit that ended the verify command ("memory", "pids"); None: none did.
+    verify_limit: str | None = None
     # What the agent changed that it had no business changing (its ws/.git replaced, the
     # base rewritten): then the result is not scored. [] = checked, nothing found;
     # None = not checked (the workspace had no seal).

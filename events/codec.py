@@ -58,6 +58,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     control.BudgetReached,
     control.DaemonStarted,
     control.DaemonStopped,
+    control.DiskFull,
     control.MaxParallelChanged,
 )
 

@@ -65,6 +65,27 @@ class DaemonStarted(Event, tag="daemon.started", frozen=True, kw_only=True):
     max_usd: float | None = None
 
 
+class RunDirSize(msgspec.Struct, frozen=True, kw_only=True):
+    """How much a cell attempt's run dir (workspace, private home, output) held."""
+
+    cell_id: str
+    attempt: int
+    bytes: int
+
+
+class DiskFull(Event, tag="daemon.disk-full", frozen=True, kw_only=True):
+    """The disk under the store filled (arenad.daemon.diskfull): recorded in the room the
+    store's reserve gave back, just before the daemon stops. ``largest``: the home's
+    largest run dirs, largest first; ``ended``: the cell whose run was ended for it
+    (None: none of this daemon's)."""
+
+    pid: int
+    error: str
+    reserve_released_bytes: int
+    largest: list[RunDirSize] = msgspec.field(default_factory=list)
+    ended: str | None = None
+
+
 class DaemonStopped(Event, tag="daemon.stopped", frozen=True, kw_only=True):
     pid: int
     reason: str

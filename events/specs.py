@@ -136,6 +136,13 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     # Absolute paths shown read-only inside besides the system (a dataset, an agent CLI
     # installed somewhere unusual).
     read_only: list[str] = []
+    # -- per-run limits (arenad.runs.cgroups): each agent run, verify and judge in its own
+    # cgroup. None: not limited (what a spec recorded before limits decodes as).
+    memory_bytes: int | None = None
+    pids: int | None = None
+    cpus: float | None = None
+    # The workspace's disk use past which the agent run is aborted ("disk limit").
+    disk_bytes: int | None = None
 
 
 class JudgeSpec(Spec, frozen=True, kw_only=True):

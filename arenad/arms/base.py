@@ -167,6 +167,10 @@ class Arm(abc.ABC):
         rc = state.run_rc
         if state.status == CellStatus.TIMED_OUT:
             return Outcome(scored=False, not_scored_reason=f"timed out (exit {rc})")
+        if state.status == CellStatus.ABORTED and state.run_limit is not None:
+            # The cell's own limit ended the run: the agent's failure, named.
+            said = ev.LIMIT_REASONS.get(state.run_limit, f"{state.run_limit} limit")
+            return Outcome(scored=False, not_scored_reason=f"{said} (exit {rc})")
         if state.status == CellStatus.ABORTED:
             return Outcome(scored=False, not_scored_reason=f"aborted (exit {rc})")
         if rc != 0:

@@ -42,6 +42,10 @@ Every error names the file and the key or row it is about.
     kind = "bwrap"                    # default; "none" is an explicit opt-out
     read_only = ["./data"]            # shown read-only besides the system (an agent CLI
                                       # installed somewhere unusual, a dataset)
+    memory = "4GiB"                   # per run (agent, verify, judge); "unlimited" lifts it
+    pids = 1024                       # processes per run
+    cpus = 2                          # CPUs per run (a quota, not a pinning)
+    disk = "10GiB"                    # the workspace; past it the run ends: "disk limit"
 
     [executor]                        # optional: where the cells run
     kind = "ray"                      # local | ray (the daemon must run that executor)
@@ -111,6 +115,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from arenad.campaign import limits
 from arenad.campaign.instances import Row, read_rows
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
@@ -226,6 +231,11 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
 class SandboxFile(_Strict, frozen=True, kw_only=True):
     kind: Literal["bwrap", "none"] = "bwrap"
     read_only: list[str] = []
+    # -- per-run limits (arenad.campaign.limits): sizes as "4GiB", or "unlimited".
+    memory: int | str = limits.DEFAULT_MEMORY
+    pids: int | str = limits.DEFAULT_PIDS
+    cpus: float | str = limits.DEFAULT_CPUS
+    disk: int | str = limits.DEFAULT_DISK
 
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
@@ -961,7 +971,7 @@ def _sandbox(
     and never showing what a cell must not see (checked again against the arenad home at
     submit, and where the cell runs)."""
     if spec is None:
-        return SandboxSpec()
+        spec = SandboxFile()
     shares = []
     for n, raw in enumerate(spec.read_only):
         key = f"[sandbox] read_only[{n}]"
@@ -979,7 +989,16 @@ def _sandbox(
         if problem is not None:
             raise CampaignError(f"{where}: {key}: {problem}")
         shares.append(path)
-    return SandboxSpec(kind=spec.kind, read_only=shares)
+    return SandboxSpec(
+        kind=spec.kind,
+        read_only=shares,
+        memory_bytes=limits.parse_size(
+            spec.memory, "[sandbox] memory", where, limits.MIN_MEMORY_BYTES
+        ),
+        pids=limits.parse_pids(spec.pids, "[sandbox] pids", where),
+        cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
+        disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
+    )
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

@@ -103,6 +103,9 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     # How the current attempt's run ended (kept past verify and recovery, for selecting
     # cells by it); None: not ended, or folded by an arenad before it was kept.
     run_end: CellStatus | None = None
+    # The cell's limit that ended the current attempt's run ("memory", "pids", "disk":
+    # RunAborted.limit); None: none did.
+    run_limit: str | None = None
     ended_at_ms: int | None = None
     verified: ev.CellVerified | None = None
     recovered: ev.CellRecovered | None = None
@@ -193,6 +196,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "wall_s": event.wall_s,
                 "ended_at_ms": at_ms,
                 "run_end": end,
+                "run_limit": event.limit if isinstance(event, ev.RunAborted) else None,
             }
         case ev.CellVerified():
             return {"verified": event}
@@ -220,6 +224,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "run_rc": None,
                 "wall_s": None,
                 "run_end": None,
+                "run_limit": None,
                 "ended_at_ms": None,
                 "verified": None,
                 "recovered": None,

@@ -42,6 +42,7 @@ from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_rea
 from arenad.budget.spend import SPEND_TAGS, SpendFold
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
+from arenad.daemon import diskfull
 from arenad.daemon.documents import rewrite_missing_documents
 from arenad.daemon.lease import CHECK_EVERY_S, DaemonLease
 from arenad.daemon.progress import start_live_line
@@ -66,6 +67,7 @@ from events.control import (
     CampaignSubmitted,
     DaemonStarted,
     DaemonStopped,
+    DiskFull,
     MaxParallelChanged,
 )
 
@@ -178,6 +180,11 @@ class Daemon:
         # Campaigns at their cap: none of their cells starts.
         self.held: set[str] = set()
         self.runners: dict[str, CellRunner] = {}
+        # The runs this daemon followed when the disk filled (cell id -> RunStarted).
+        self._runs_at_disk_full: dict[str, ev.RunStarted] = {}
+        # Set when the store found the disk full and the reserve made room; the bytes freed.
+        self._disk_full = asyncio.Event()
+        self._released_bytes = 0
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()
@@ -227,6 +234,9 @@ class Daemon:
         if self.fatal is None:
             self.fatal = exc
             log.error("stopping: %s", exc)
+            if diskfull.is_disk_full(exc):
+                # Before the runners go: which runs were this daemon's.
+                self._runs_at_disk_full = self._running_runs()
         self.stop_reason = reason
         self.stopping.set()
         self.wake.set()
@@ -497,6 +507,13 @@ class Daemon:
 
     async def run(self) -> int:
         async with contextlib.AsyncExitStack() as stack:
+            if not await asyncio.to_thread(diskfull.ensure_reserve, self.home.root):
+                log.warning(
+                    "no room for the store's reserve (%s): a full disk may stop this daemon"
+                    " before it can record why",
+                    diskfull.reserve_path(self.home.root),
+                )
+            self.store.on_disk_full = self._disk_filled
             start_seq = await self.store.last_seq()
             await self._load_limits()
             self._check_capacity()
@@ -518,6 +535,7 @@ class Daemon:
                 self._side_task(stack, self._watch_lease(), "lease watch")
             await self._wait_for_previous()
             self._side_task(stack, self._record_notices(), "notice recorder")
+            self._side_task(stack, self._watch_disk(), "disk watch")
             stack.push_async_callback(self._flush_notices)
             tools = Tools(templates=self.templates, report=self._notices.put_nowait)
             executor = self._make_executor(self.home, tools)
@@ -542,6 +560,9 @@ class Daemon:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped, and running agents were left running"
             ) from self.fatal
+        if self.fatal is not None and diskfull.is_disk_full(self.fatal):
+            self._disk_filled()
+            await self._record_disk_full(str(self.fatal))
         if self.fatal is not None:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped without recording anything more. The log"
@@ -554,6 +575,76 @@ class Daemon:
         if self.side_failure is not None:
             raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
         return 0
+
+    def _running_runs(self) -> dict[str, ev.RunStarted]:
+        return {
+            cell_id: runner.writer.state.run
+            for cell_id, runner in self.runners.items()
+            if runner.writer.state is not None and runner.writer.state.run is not None
+        }
+
+    def _disk_filled(self) -> int:
+        """The store found the disk full (its ``on_disk_full``): the reserve goes, so the
+        append can be tried again and the disk watch records what happened."""
+        released = diskfull.release_reserve(self.home.root)
+        if released:
+            self._released_bytes += released
+            self._disk_full.set()
+            self.wake.set()
+        return released
+
+    async def _watch_disk(self) -> None:
+        """Record a full disk once the reserve has made room for it; re-create the reserve
+        once there is room again (arenad.daemon.diskfull)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(diskfull.RECHECK_S):
+                    await self._disk_full.wait()
+            if self._disk_full.is_set():
+                self._disk_full.clear()
+                self._runs_at_disk_full = self._running_runs()
+                await self._record_disk_full("database or disk is full")
+            elif not diskfull.reserve_path(self.home.root).exists():
+                await asyncio.to_thread(diskfull.ensure_reserve, self.home.root)
+
+    async def _record_disk_full(self, error: str) -> None:
+        """The disk under the store is full (the reserve is freed already): name the
+        largest run dirs, end the largest one's run if it is ours, and record it
+        (arenad.daemon.diskfull). Best effort: a failure to record is only logged."""
+        released, self._released_bytes = self._released_bytes, 0
+        largest = await asyncio.to_thread(diskfull.largest_run_dirs, self.home.root)
+        ended = None
+        runs = self._runs_at_disk_full
+        for entry in largest[:1]:
+            started = runs.get(entry.cell_id)
+            if (
+                started is not None
+                and started.attempt == entry.attempt
+                and diskfull.end_run(started)
+            ):
+                ended = entry.cell_id
+        log.error(
+            "disk full; largest run dirs: %s%s",
+            ", ".join(f"{e.cell_id} (attempt {e.attempt}): {e.bytes} bytes" for e in largest)
+            or "none",
+            f"; ended the run of {ended}" if ended else "",
+        )
+        try:
+            await self.store.append(
+                streams.DAEMON,
+                None,
+                [
+                    DiskFull(
+                        pid=os.getpid(),
+                        error=error,
+                        reserve_released_bytes=released,
+                        largest=largest,
+                        ended=ended,
+                    )
+                ],
+            )
+        except (StoreUnwritable, LogTampered) as exc:
+            log.error("could not record the full disk: %s", exc)
 
     async def _clear_templates(self) -> None:
         # After the lease was lost the templates are the other daemon's, maybe in use.

@@ -56,7 +56,7 @@ from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwrit
 from arenad.home import Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
-from arenad.runs import groups
+from arenad.runs import cgroups, groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
 from arenad.runs.files import RunFiles
@@ -368,6 +368,9 @@ class CellRunner:
             kill_grace_s=launch.kill_grace_s,
             stream=self.writer.stream,
             attempt=state.attempt,
+            limits=cgroups.limits_of(state.spec.sandbox),
+            disk_dir=str(ctx.run_dir) if state.spec.sandbox.disk_bytes is not None else None,
+            disk_bytes=state.spec.sandbox.disk_bytes,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):
@@ -394,6 +397,8 @@ class CellRunner:
             executor=record.executor,
             node=record.node,
             sandbox=launch.sandbox,
+            cgroup=record.cgroup,
+            unlimited_reason=record.unlimited_reason,
         )
         try:
             state = await self._append([*before_start, started])
@@ -547,6 +552,16 @@ class CellRunner:
         attempt = state.attempt
         outcome: Event
         match end.how:
+            case "exited" | "lost" if end.limit is not None:
+                # The cell's own limit ended it (the cgroup's counters, or the wrapper's
+                # disk check): the agent's failure, named, with its real exit status.
+                outcome = ev.RunAborted(
+                    attempt=attempt,
+                    rc=end.code,
+                    wall_s=wall_s,
+                    reason=cgroups.LIMIT_REASONS.get(end.limit, f"{end.limit} limit"),
+                    limit=end.limit,
+                )
             case "exited":
                 assert end.code is not None
                 outcome = ev.RunCompleted(attempt=attempt, rc=end.code, wall_s=wall_s)
@@ -691,6 +706,11 @@ class CellRunner:
         except GradeError as exc:
             await self._fail(state, "grade", str(exc), retryable=True)
             return
+        except groups.SpawnError as exc:
+            # The machine refused a process (EAGAIN: a fork flood elsewhere, a full
+            # table): not the agent's result. One line, and a new attempt.
+            await self._fail(state, "verify", str(exc), retryable=True)
+            return
         verdict = graded.verify if graded is not None else None
         if graded is None:
             outcome = Outcome(
@@ -714,6 +734,7 @@ class CellRunner:
                 ),
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
+                verify_limit=verdict.limit if verdict is not None else None,
                 tampered=extraction.tampered,
                 nested_repos=patch.nested_repos if patch is not None else None,
                 verify_in=spec.verify_in,

@@ -92,6 +92,9 @@ class RunEnd(msgspec.Struct, frozen=True, kw_only=True):
     capped: list[tuple[str, str]] = []
     # The bytes each cut file kept (where known).
     kept: dict[str, int] = {}
+    # The limit that ended the run ("memory", "pids", "disk": arenad.runs.cgroups), from
+    # the wrapper's record and the run's cgroup counters; None: none did.
+    limit: str | None = None
 
 
 class DetachedRun:
@@ -289,6 +292,7 @@ class DetachedRun:
             leftovers_killed=leftovers,
             capped=capped,
             kept=kept,
+            limit=record.limit,
         )
 
     def _wrapper_running(self) -> bool:
@@ -460,13 +464,17 @@ async def spawn_detached(
     clock: Clock,
     launcher: WrapperLauncher,
     lifeline: Lifeline | None = None,
+    cgroup_dirs: Sequence[str] = (),
+    disk: tuple[str, int] | None = None,
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`.
 
     ``store_path`` None: no log on this machine (a cluster node), so a wrapper whose
     release pipe closes unreleased never starts its agent. ``lifeline``: the wrapper also
-    ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``)."""
+    ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``).
+    ``cgroup_dirs``: the run's cgroup (``argv`` joins it), whose counters the wrapper
+    watches; ``disk``: a directory and the bytes it may hold (both: wrapper.py, "Limits")."""
     if not argv:
         raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
@@ -498,6 +506,10 @@ async def spawn_detached(
         options += ["--lifeline-silence", str(lifeline.silence_s)]
         # Later than the supervisor's own deadline, which normally ends the run first.
         options += ["--deadline-s", str(timeout_s + kill_grace_s + lifeline.deadline_margin_s)]
+    if cgroup_dirs:
+        options += ["--cgroups", ":".join(cgroup_dirs)]
+    if disk is not None:
+        options += ["--disk-dir", disk[0], "--disk-max", str(disk[1])]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().

@@ -39,6 +39,7 @@ import msgspec
 from arenad.errors import ArenadError
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
+from arenad.runs.cgroups import Limits
 from arenad.runs.detached import RunEnd
 from arenad.runs.files import RunFiles
 from events.base import Event
@@ -81,6 +82,11 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     # the daemon dies before releasing it.
     stream: str
     attempt: int
+    # The run's limits (arenad.runs.cgroups; None: not limited) and the workspace whose
+    # disk use ``disk_bytes`` bounds.
+    limits: Limits | None = None
+    disk_dir: str | None = None
+    disk_bytes: int | None = None
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +101,10 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     executor: str = "local"
     # Where it runs, for an executor with more than one place (None: this machine).
     node: str | None = None
+    # The run's cgroup (its name under the home's parent), and why a run that asked for
+    # limits has none (no cgroup hierarchy here, or it could not be made).
+    cgroup: str | None = None
+    unlimited_reason: str | None = None
 
 
 class Tools:

@@ -75,6 +75,8 @@ class ExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     # Set when the wrapper ended the run itself (``--deadline-s``, ``--lifeline``):
     # "deadline", or why its lifeline failed.
     ended_by: str | None = None
+    # The limit the wrapper saw the run meet and ended it for: "memory", "pids", "disk".
+    limit: str | None = None
 
     @property
     def code(self) -> int | None:

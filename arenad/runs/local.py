@@ -16,11 +16,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
+import msgspec
+
 from arenad.clock import Clock, system_clock
 from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource
-from arenad.runs import groups
+from arenad.runs import cgroups, groups
 from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
 from arenad.runs.executor import (
     Executor,
@@ -65,10 +67,17 @@ class LocalObservation(Observation):
 
 class LocalRun(Run):
     def __init__(
-        self, run: DetachedRun, clock: Clock, observer: Inotify | None, node: str | None
+        self,
+        run: DetachedRun,
+        clock: Clock,
+        observer: Inotify | None,
+        node: str | None,
+        group: cgroups.Group | None = None,
+        unlimited_reason: str | None = None,
     ) -> None:
         self.run = run
         self.files = run.files
+        self.group = group
         self.record = RunRecord(
             pid=run.pid,
             pgid=run.pgid,
@@ -77,6 +86,8 @@ class LocalRun(Run):
             deadline_ms=run.deadline_ms,
             executor="local",
             node=node,
+            cgroup=group.name if group is not None else None,
+            unlimited_reason=unlimited_reason,
         )
         self._clock = clock
         self._observer = observer
@@ -97,7 +108,19 @@ class LocalRun(Run):
         return self.run.alive
 
     async def wait(self) -> RunEnd:
-        return await self.run.wait(self._clock)
+        end = await self.run.wait(self._clock)
+        group = self.group
+        if group is None:
+            return end
+        # The kernel's own counters name the limit (the wrapper's word may be missing: it
+        # died, or the run ended before its next look); then the group goes.
+        counters = await asyncio.to_thread(cgroups.read_counters, group)
+        await asyncio.to_thread(cgroups.remove, group)
+        if end.limit is None and not (end.how == "exited" and end.code == 0):
+            limit = cgroups.limit_hit(counters)
+            if limit is not None:
+                end = msgspec.structs.replace(end, limit=limit)
+        return end
 
     async def observe(
         self, sources: Sequence[WatchSource], positions: Positions, sink: Sink
@@ -146,8 +169,31 @@ class LocalSite(Site):
 
     async def start(self, request: RunRequest) -> Run:
         ex = self.executor
-        run = await spawn_detached(
-            request.argv,
+        group, unlimited = await asyncio.to_thread(ex.group_for, request)
+        argv = request.argv
+        if request.limits is not None:
+            argv = cgroups.join_argv(group, argv)
+        disk = None
+        if request.disk_dir is not None and request.disk_bytes is not None:
+            disk = (request.disk_dir, request.disk_bytes)
+        try:
+            run = await self._spawn(request, argv, group, disk)
+        except BaseException:
+            if group is not None:
+                await asyncio.to_thread(cgroups.remove, group)
+            raise
+        return LocalRun(run, ex.clock, ex.observer, ex.node, group, unlimited)
+
+    async def _spawn(
+        self,
+        request: RunRequest,
+        argv: list[str],
+        group: cgroups.Group | None,
+        disk: tuple[str, int] | None,
+    ) -> DetachedRun:
+        ex = self.executor
+        return await spawn_detached(
+            argv,
             cwd=request.cwd,
             env=request.env,
             files=request.files,
@@ -158,8 +204,9 @@ class LocalSite(Site):
             kill_grace_s=request.kill_grace_s,
             clock=ex.clock,
             launcher=ex.launcher,
+            cgroup_dirs=group.dirs if group is not None else (),
+            disk=disk,
         )
-        return LocalRun(run, ex.clock, ex.observer, ex.node)
 
     async def attach(self, started: RunStarted, run_dir: str) -> Run:
         ex = self.executor
@@ -182,7 +229,10 @@ class LocalSite(Site):
             if ticks is not None and groups.process_identity_matches(started.pid, ticks):
                 await groups.kill_group(started.pgid, started.kill_grace_s)
             return _LostRun(run, ex.clock, ex.observer, ex.node)
-        return LocalRun(run, ex.clock, ex.observer, ex.node)
+        group = None
+        if started.cgroup is not None and ex.hierarchy is not None:
+            group = cgroups.find(ex.hierarchy, ex.cgroup_parent, started.cgroup)
+        return LocalRun(run, ex.clock, ex.observer, ex.node, group)
 
 
 class LocalExecutor(Executor):
@@ -208,9 +258,33 @@ class LocalExecutor(Executor):
         self.observer: Inotify | None = None
         self._inotify = inotify
         self._site = LocalSite(self)
+        # Where runs' cgroups are made (None: no usable hierarchy; runs are not limited).
+        self.hierarchy = cgroups.probe()
+        self.cgroup_parent = cgroups.parent_name(store_path.parent)
+
+    def group_for(self, request: RunRequest) -> tuple[cgroups.Group | None, str | None]:
+        """The run's cgroup with its limits, or why the run has none."""
+        limits = request.limits
+        if limits is None or not limits.any:
+            return None, None
+        if self.hierarchy is None:
+            return None, "no cgroup hierarchy with memory, pids and cpu controllers here"
+        name = cgroups.group_name(request.stream, request.attempt, "run")
+        try:
+            return cgroups.create(self.hierarchy, self.cgroup_parent, name, limits), None
+        except OSError as exc:
+            return None, f"cannot make cgroup {name}: {exc.strerror or exc}"
 
     async def start(self) -> None:
-        """Open the shared inotify instance (one descriptor and reader thread)."""
+        """Open the shared inotify instance (one descriptor and reader thread); reap the
+        empty cgroups a crashed daemon left; make this process (the daemon) the kernel's
+        last choice when memory runs out (its agents raise theirs: cgroups.join_argv)."""
+        if self.hierarchy is not None:
+            reaped = await asyncio.to_thread(cgroups.reap, self.hierarchy, self.cgroup_parent)
+            if reaped:
+                log.info("removed %d cgroups left by an earlier daemon", len(reaped))
+        if not cgroups.lower_own_oom_score():
+            log.info("cannot lower the daemon's oom_score_adj (not root?)")
         if self._inotify and self.observer is None:
             try:
                 self.observer = Inotify(report=self.tools.report)

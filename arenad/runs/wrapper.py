@@ -59,6 +59,21 @@ on another machine, so four more rules apply (all off unless given):
   the group, G seconds, then the record (``ended_by: deadline``) and KILL.
 
 
+Limits (all off unless given; ``arenad/runs/cgroups.py`` makes the group and the
+daemon's argv joins it before exec):
+
+- ``--cgroups DIR:DIR...``: the run's cgroup directories (one per v1 controller, one on
+  v2). Every ``LIMIT_CHECK_S`` the wrapper reads the kernel's counters there: an OOM kill
+  (``memory.oom_control`` / ``memory.events`` ``oom_kill``) or a refused fork
+  (``pids.events`` ``max``) ends the whole group (v1 has no ``memory.oom.group``: the
+  wrapper SIGKILLs every pid in ``cgroup.procs`` until none is left), and the exit record
+  says ``limit``: "memory" or "pids".
+- ``--disk-dir DIR --disk-max BYTES``: DIR's disk use (allocated blocks, no symlink
+  followed, hard links once, at most ``DISK_WALK_ENTRIES`` entries a walk) is measured
+  every ``DISK_CHECK_S`` or more (ten times a walk's own duration, so a huge tree costs
+  at most a tenth of a core); past BYTES the run is ended the same way with ``limit``
+  "disk".
+
 Imports are builtins only on the common path (``_signal``, not ``signal``, whose enums
 cost more than the rest of the start-up); the wrapper runs once per agent run.
 
@@ -80,6 +95,11 @@ CAPPED_SUFFIX = ".capped"
 LEFTOVER_DRAIN_S = 1.0
 # How often an exit record that could not be written (disk full) is tried again.
 EXIT_RETRY_S = 1.0
+# How often the run's cgroup counters are read, and the workspace's disk use measured at
+# most (see the module docstring, "Limits").
+LIMIT_CHECK_S = 0.25
+DISK_CHECK_S = 2.0
+DISK_WALK_ENTRIES = 200_000
 _terminate = False
 
 
@@ -116,6 +136,10 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             float(parsed.get(name, "0"))
         except ValueError:
             raise SystemExit(f"runwrap: --{name} must be a number of seconds") from None
+    if not parsed.get("disk-max", "0").isdigit():
+        raise SystemExit(
+            f"runwrap: --disk-max must be a whole number of bytes, not {parsed['disk-max']!r}"
+        )
     if not parsed.get("lifeline", "0").isdigit():
         raise SystemExit(
             f"runwrap: --lifeline must be a file descriptor, not {parsed['lifeline']!r}"
@@ -300,6 +324,117 @@ def _end_group(exit_file: str, record: dict[str, object]) -> None:
     os.killpg(0, _signal.SIGKILL)
 
 
+def _counter(path: str, key: str) -> int:
+    """One ``key value`` line of a cgroup file (0: no such file or line)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def disk_use(root: str, max_entries: int = DISK_WALK_ENTRIES) -> int:
+    """Bytes allocated under ``root`` (a lower bound once ``max_entries`` are seen)."""
+    total = 0
+    seen = 0
+    inodes: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack and seen < max_entries:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_nlink > 1 and not entry.is_dir(follow_symlinks=False):
+                    if (st.st_dev, st.st_ino) in inodes:
+                        continue
+                    inodes.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
+
+
+class _Limits:
+    """The run's limits as the wrapper watches them (see the module docstring)."""
+
+    def __init__(self, opts: dict[str, str]) -> None:
+        self.dirs = [d for d in opts.get("cgroups", "").split(":") if d]
+        self.disk_dir = opts.get("disk-dir")
+        self.disk_max = int(opts.get("disk-max", "0"))
+        self.next_check = time.monotonic()
+        self.next_disk = self.next_check
+        self.hit: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.dirs) or (self.disk_dir is not None and self.disk_max > 0)
+
+    def wait_s(self, now: float) -> float:
+        return max(0.0, self.next_check - now)
+
+    def check(self, now: float) -> str | None:
+        """The limit the run has met (once; None: none yet, or not due)."""
+        if self.hit is not None or now < self.next_check:
+            return None
+        self.next_check = now + LIMIT_CHECK_S
+        for d in self.dirs:
+            if _counter(d + "/memory.oom_control", "oom_kill") or _counter(
+                d + "/memory.events", "oom_kill"
+            ):
+                self.hit = "memory"
+            elif _counter(d + "/pids.events", "max"):
+                self.hit = self.hit or "pids"
+        if (
+            self.hit is None
+            and self.disk_dir is not None
+            and self.disk_max > 0
+            and now >= self.next_disk
+        ):
+            used = disk_use(self.disk_dir, DISK_WALK_ENTRIES)
+            took = time.monotonic() - now
+            self.next_disk = now + max(DISK_CHECK_S, 10 * took)
+            if used > self.disk_max:
+                self.hit = "disk"
+        return self.hit
+
+    def kill(self, agent: int) -> None:
+        """End everything of the run: the agent, and every process of its group (a v1
+        group has no ``cgroup.kill``; what forks meanwhile is caught next round)."""
+        try:  # noqa: SIM105  (no contextlib here: see _say)
+            os.kill(agent, _signal.SIGKILL)
+        except OSError:
+            pass
+        for _ in range(100):
+            pids: set[int] = set()
+            for d in self.dirs:
+                try:
+                    with open(d + "/cgroup.procs") as f:
+                        pids.update(int(p) for p in f.read().split() if p.isdigit())
+                except OSError:
+                    pass
+            if not pids:
+                return
+            for pid in pids:
+                try:  # noqa: SIM105
+                    os.kill(pid, _signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        _say(f"the run's cgroup did not empty: {self.dirs}")
+
+
 class _CappedFile:
     """One of the agent's output streams: copied from its pipe into its file, up to the
     cap. The first byte dropped writes ``<file>.capped`` with the cause ("cap", or the
@@ -400,6 +535,7 @@ def _copy_until_exit(
     lifeline: _Lifeline | None = None,
     deadline: float | None = None,
     grace_s: float = 0.0,
+    limits: _Limits | None = None,
 ) -> tuple[int, bool, list[_CappedFile]]:
     """Copy the agent's output into its files until it has exited and its pipes are
     drained; return its wait status, whether this wrapper's own deadline ended it, and the
@@ -429,6 +565,8 @@ def _copy_until_exit(
                         waits.append(silence)
                 if deadline is not None:
                     waits.append(deadline - now if term_at is None else term_at + grace_s - now)
+                if limits is not None and limits.hit is None:
+                    waits.append(limits.wait_s(now))
             timeout = max(0.0, min(waits)) if waits else None
             ready, _, _ = select.select(watched, [], [], timeout)
             for fd in ready:
@@ -447,6 +585,8 @@ def _copy_until_exit(
             if status is not None:
                 continue
             now = time.monotonic()
+            if limits is not None and limits.check(now) is not None:
+                limits.kill(pid)
             if lifeline is not None and lifeline.gone(lifeline.fd in ready, now):
                 _end_group(exit_file, {"started": True, "pid": pid, "ended_by": lifeline.why})
             if deadline is not None and term_at is None and now >= deadline:
@@ -515,6 +655,7 @@ def main(argv: list[str]) -> int:
             },
         )
         return 127
+    limits = _Limits(opts)
     status, deadline_hit, files = _copy_until_exit(
         pid,
         pipes,
@@ -522,7 +663,13 @@ def main(argv: list[str]) -> int:
         lifeline=lifeline,
         deadline=deadline,
         grace_s=float(opts.get("grace", "0")),
+        limits=limits if limits.active else None,
     )
+    if limits.active and limits.hit is None:
+        # A limit met as the run ended (v2's oom.group killed it before our next look).
+        limits.next_check = 0.0
+        limits.next_disk = float("inf")
+        limits.check(time.monotonic())
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     record: dict[str, object] = {
@@ -540,6 +687,8 @@ def main(argv: list[str]) -> int:
         record["kept"] = {f.path: f.kept for f in cut}
     if deadline_hit:
         record["ended_by"] = "deadline"
+    if limits.hit is not None:
+        record["limit"] = limits.hit
     _finish(exit_file, record)
     return exit_status if exit_status is not None else 128 + (term_signal or 0)
 

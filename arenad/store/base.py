@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Sequence
 
 import msgspec
 
@@ -22,6 +22,11 @@ class AppendRequest(msgspec.Struct, frozen=True):
 
 class EventStore(abc.ABC):
     """Append-only streams. Every implementation must pass tests/store/contract.py."""
+
+    # Called when a write finds the disk full: it frees room (the daemon's reserve,
+    # arenad.daemon.diskfull) and returns the bytes freed; with some, the append is tried
+    # once more. None: a full disk fails the append at once.
+    on_disk_full: Callable[[], int] | None = None
 
     @abc.abstractmethod
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:

@@ -311,6 +311,23 @@ class SqliteEventStore(EventStore):
     # -- writing -----------------------------------------------------------------
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:
+        try:
+            return await self._append_many_once(requests)
+        except StoreUnwritable as exc:
+            if not self._room_freed(exc):
+                raise
+        # The transaction rolled back: the same requests, once more, in the room freed.
+        return await self._append_many_once(requests)
+
+    def _room_freed(self, exc: StoreUnwritable) -> bool:
+        """On a full disk, whether ``on_disk_full`` freed room for one more try."""
+        hook = self.on_disk_full
+        text = str(exc).lower()
+        if hook is None or not ("disk is full" in text or "no space left" in text):
+            return False
+        return hook() > 0
+
+    async def _append_many_once(self, requests: Sequence[AppendRequest]) -> list[list[Recorded]]:
         work = [r for r in requests if r.events]
         if not work:
             return [[] for _ in requests]
@@ -384,7 +401,12 @@ class SqliteEventStore(EventStore):
                 if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
                     raise ConcurrencyError("(a batch)", None, None) from exc
                 if isinstance(exc, sqlite3.Error):
-                    raise self._translate(exc) from exc
+                    error = self._translate(exc)
+                    if isinstance(error, StoreUnwritable):
+                        # The batches are spent and cannot be tried again; the room is
+                        # freed all the same, for what the daemon records next.
+                        self._room_freed(error)
+                    raise error from exc
                 raise
         if count:
             self._appended.set()

@@ -28,11 +28,12 @@ from typing import Any, Literal
 import msgspec
 
 from arenad.errors import ArenadError
+from arenad.runs import cgroups
 from arenad.runs.commands import run
 from arenad.runs.groups import SpawnError
 from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.secrets import strip_provider_secrets
-from events.cell import JudgeVerdictRecorded
+from events.cell import LIMIT_REASONS, JudgeVerdictRecorded
 from events.specs import JudgeSpec
 
 __all__ = ["DEFAULT_JUDGE", "VerdictError", "no_verdict", "parse_verdict", "run_judge"]
@@ -128,18 +129,25 @@ async def _judge_once(
             argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(workspace)).argv
         except SandboxError as exc:
             return no_verdict(spec, attempt, f"judge could not be sandboxed: {exc}", "")
+    limits = cgroups.limits_of(sandbox.spec) if sandbox is not None else None
+    home = sandbox.home_root if sandbox is not None else ""
     try:
-        result = await run(
-            argv,
-            cwd=workspace,
-            env=child_env,
-            timeout_s=spec.timeout_s,
-            stdout_path=out,
-            stderr_path=out.with_name("judge.log"),
-            capture_limit=0,
-        )
+        async with cgroups.scope(limits, home, os.fspath(run_dir), "judge") as group:
+            result = await run(
+                group.argv(argv),
+                cwd=workspace,
+                env=child_env,
+                timeout_s=spec.timeout_s,
+                stdout_path=out,
+                stderr_path=out.with_name("judge.log"),
+                capture_limit=0,
+            )
     except SpawnError as exc:
         return no_verdict(spec, attempt, f"judge could not start: {exc.reason}", "")
+    limit = group.limit(result.code == 0 and not result.timed_out)
+    if limit is not None:
+        reason = LIMIT_REASONS.get(limit, f"{limit} limit")
+        return no_verdict(spec, attempt, f"judge stopped: {reason}", "")
     stdout = await asyncio.to_thread(out.read_text, encoding="utf-8", errors="replace")
     if result.timed_out:
         return no_verdict(spec, attempt, f"judge timed out after {spec.timeout_s:g}s", stdout)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from arenad.runs import cgroups
 from arenad.runs.commands import run
 from arenad.runs.groups import DEFAULT_KILL_GRACE_S
 from arenad.sandbox.confine import CellSandbox, SandboxError, confine
@@ -39,6 +40,8 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     stripped: list[str]
     # The log's last bytes, with its whole size and sha256 (None: not asked for).
     log_excerpt: TextExcerpt | None = None
+    # The cell's limit that ended the command ("memory", "pids": its cgroup's counters).
+    limit: str | None = None
 
 
 async def run_verify(
@@ -75,17 +78,21 @@ async def run_verify(
                 stripped=stripped_names(base),
             )
     err_path = log.with_name(log.name + ".stderr")
+    limits = cgroups.limits_of(sandbox.spec) if sandbox is not None else None
+    home = sandbox.home_root if sandbox is not None else ""
+    key = sandbox.run_dir if sandbox is not None else ""
     try:
-        result = await run(
-            argv,
-            cwd=ws,
-            env=child_env,
-            timeout_s=timeout_s,
-            kill_grace_s=kill_grace_s,
-            stdout_path=log,
-            stderr_path=err_path,
-            capture_limit=0,
-        )
+        async with cgroups.scope(limits, home, key, "verify") as group:
+            result = await run(
+                group.argv(argv),
+                cwd=ws,
+                env=child_env,
+                timeout_s=timeout_s,
+                kill_grace_s=kill_grace_s,
+                stdout_path=log,
+                stderr_path=err_path,
+                capture_limit=0,
+            )
         with open(log, "ab") as out, open(err_path, "rb") as err:
             shutil.copyfileobj(err, out)
     finally:
@@ -101,4 +108,5 @@ async def run_verify(
         log_path=os.fspath(log),
         stripped=stripped_names(base),
         log_excerpt=excerpt,
+        limit=group.limit(result.code == 0 and not result.timed_out),
     )

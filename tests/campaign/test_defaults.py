@@ -17,6 +17,10 @@ RESOLVED_AT_SUBMIT = {
     ("SupervisorArmFile", "kill_grace_s"),
     # No [sandbox] table means the default sandbox (bwrap), which the spec holds resolved.
     ("CampaignFile", "sandbox"),
+    # A spec recorded before limits decodes as "not limited" (None); a campaign file
+    # without the keys gets the shared-box defaults (arenad.campaign.limits).
+    ("SandboxFile", "pids"),
+    ("SandboxFile", "cpus"),
 }
 
 PAIRS = [

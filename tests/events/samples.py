@@ -259,6 +259,13 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
     ),
     control.DaemonStopped: lambda a: control.DaemonStopped(pid=99, reason="SIGTERM"),
     control.MaxParallelChanged: lambda a: control.MaxParallelChanged(max_parallel=4),
+    control.DiskFull: lambda a: control.DiskFull(
+        pid=99,
+        error="database or disk is full",
+        reserve_released_bytes=64 << 20,
+        largest=[control.RunDirSize(cell_id="c:i:A:0", attempt=a, bytes=9 << 30)],
+        ended="c:i:A:0",
+    ),
 }
 
 SAMPLE_TYPES: tuple[type[Event], ...] = tuple(_FACTORIES)
