@@ -136,6 +136,11 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     # Absolute paths shown read-only inside besides the system (a dataset, an agent CLI
     # installed somewhere unusual).
     read_only: list[str] = []
+    # The agent run's network (arenad.sandbox.network): "model" its model endpoints only,
+    # through a forwarder; "none" loopback only; "host" the machine's. Resolved at load
+    # (model when the arm uses one, else none). A spec recorded before the key decodes as
+    # "host": what its cells were submitted to run with.
+    network: Literal["model", "none", "host"] = "host"
 
 
 class JudgeSpec(Spec, frozen=True, kw_only=True):

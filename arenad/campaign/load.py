@@ -109,6 +109,7 @@ from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
 from arenad.sandbox.confine import share_problem, user_homes
+from arenad.sandbox.network import Network, default_network, uses_model
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -219,6 +220,8 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
 class SandboxFile(_Strict, frozen=True, kw_only=True):
     kind: Literal["bwrap", "none"] = "bwrap"
     read_only: list[str] = []
+    # None: per arm, "model" when it uses a model, else "none" (arenad.sandbox.network).
+    network: Literal["model", "none", "host"] | None = None
 
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
@@ -652,6 +655,8 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     candidate: CandidateSpec | None
     executor: ExecutorSpec | None
     sandbox: SandboxSpec
+    # [sandbox] network as given (None: each arm's default).
+    network: Network | None = None
 
 
 # Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
@@ -731,7 +736,8 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         excludes=excludes,
         candidate=_candidate(parsed.candidate, where),
         executor=_executor(parsed.executor, where),
-        sandbox=_sandbox(parsed.sandbox, base, secrets, where),
+        sandbox=_sandbox(parsed.sandbox, base, secrets, where, arms),
+        network=parsed.sandbox.network if parsed.sandbox is not None else None,
     )
 
 
@@ -780,7 +786,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 experiment_id=parsed.experiment_id,
                 candidate=r.candidate,
                 executor=r.executor,
-                sandbox=r.sandbox,
+                sandbox=msgspec.structs.replace(
+                    r.sandbox, network=r.network or default_network(arm)
+                ),
             )
 
 
@@ -902,13 +910,19 @@ def load_campaign(path: Path) -> Campaign:
 
 
 def _sandbox(
-    spec: SandboxFile | None, base: Path, secrets: SecretsSpec | None, where: str
+    spec: SandboxFile | None,
+    base: Path,
+    secrets: SecretsSpec | None,
+    where: str,
+    arms: list[ArmSpec],
 ) -> SandboxSpec:
     """The [sandbox] table: read_only paths resolved against the campaign file, existing,
     and never showing what a cell must not see (checked again against the arenad home at
-    submit, and where the cell runs)."""
+    submit, and where the cell runs). Its ``network`` is the most open any cell gets (what
+    submit checks); each cell's own is resolved for its arm."""
+    opened: Network = "model" if any(uses_model(arm) for arm in arms) else "none"
     if spec is None:
-        return SandboxSpec()
+        return SandboxSpec(network=opened)
     shares = []
     for n, raw in enumerate(spec.read_only):
         key = f"[sandbox] read_only[{n}]"
@@ -926,7 +940,7 @@ def _sandbox(
         if problem is not None:
             raise CampaignError(f"{where}: {key}: {problem}")
         shares.append(path)
-    return SandboxSpec(kind=spec.kind, read_only=shares)
+    return SandboxSpec(kind=spec.kind, read_only=shares, network=spec.network or opened)
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

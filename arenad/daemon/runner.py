@@ -367,6 +367,8 @@ class CellRunner:
             kill_grace_s=launch.kill_grace_s,
             stream=self.writer.stream,
             attempt=state.attempt,
+            network=launch.network,
+            forwards=launch.forwards,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):

@@ -460,13 +460,17 @@ async def spawn_detached(
     clock: Clock,
     launcher: WrapperLauncher,
     lifeline: Lifeline | None = None,
+    network: str = "host",
+    forwards: Sequence[str] = (),
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`.
 
     ``store_path`` None: no log on this machine (a cluster node), so a wrapper whose
     release pipe closes unreleased never starts its agent. ``lifeline``: the wrapper also
-    ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``)."""
+    ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``). ``network``
+    other than "host": the agent runs in its own network namespace, with ``forwards``
+    ("PORT=TARGET") let in (``wrapper.py --network``)."""
     if not argv:
         raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
@@ -498,6 +502,10 @@ async def spawn_detached(
         options += ["--lifeline-silence", str(lifeline.silence_s)]
         # Later than the supervisor's own deadline, which normally ends the run first.
         options += ["--deadline-s", str(timeout_s + kill_grace_s + lifeline.deadline_margin_s)]
+    if network != "host":
+        options += ["--network", network]
+        if forwards:
+            options += ["--forward", ",".join(forwards)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().

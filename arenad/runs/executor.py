@@ -81,6 +81,10 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     # the daemon dies before releasing it.
     stream: str
     attempt: int
+    # The agent's network (arenad.sandbox.network): "host", or its own namespace ("none",
+    # "model") with ``forwards`` ("PORT=TARGET") listened on inside.
+    network: str = "host"
+    forwards: list[str] = []
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -156,6 +156,8 @@ class LocalSite(Site):
             attempt=request.attempt,
             timeout_s=request.timeout_s,
             kill_grace_s=request.kill_grace_s,
+            network=request.network,
+            forwards=request.forwards,
             clock=ex.clock,
             launcher=ex.launcher,
         )

@@ -17,6 +17,8 @@ RESOLVED_AT_SUBMIT = {
     ("SupervisorArmFile", "kill_grace_s"),
     # No [sandbox] table means the default sandbox (bwrap), which the spec holds resolved.
     ("CampaignFile", "sandbox"),
+    # None: each arm's default (model or none); the spec's own default is an old spec's.
+    ("SandboxFile", "network"),
 }
 
 PAIRS = [
