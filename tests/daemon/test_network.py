@@ -12,9 +12,11 @@ import os
 import signal
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -28,6 +30,7 @@ from tests.conftest import make_repo
 from tests.daemon.support import (
     CLI,
     REPO_ROOT,
+    cli,
     command_campaign,
     read_all,
     start_daemon,
@@ -103,6 +106,7 @@ def neighbours(
             "model": model,
             "other_port": other.getsockname()[1],
             "view_port": view_port,
+            "view_token": line.split("?token=")[1].split()[0],
         }
     finally:
         view.send_signal(signal.SIGINT)
@@ -170,6 +174,16 @@ def test_model_reaches_its_model_and_no_neighbour(
     assert started.sandbox.endpoints == [f"127.0.0.1:{port} -> 127.0.0.1:{port}"]
     spec = next(e for e in _events(neighbours["home"]) if isinstance(e, ev.CellSubmitted))
     assert spec.spec.sandbox.network == "model"
+    # The history and the view (with its token) say so.
+    shown = f"network model [127.0.0.1:{port} -> 127.0.0.1:{port}]"
+    history = cli(neighbours["home"], "history", CELL).stdout
+    assert shown in next(ln for ln in history.splitlines() if " run.started " in ln)
+    page = urllib.request.Request(
+        f"http://127.0.0.1:{neighbours['view_port']}/cells/{quote(CELL, safe='')}",
+        headers={"Authorization": f"Bearer {neighbours['view_token']}"},
+    )
+    with urllib.request.urlopen(page, timeout=60) as answered:
+        assert f"model: 127.0.0.1:{port} -&gt; 127.0.0.1:{port}" in answered.read().decode()
 
 
 def test_none_reaches_nothing(tmp_path: Path, neighbours: dict[str, Any]) -> None:
