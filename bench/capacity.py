@@ -1,6 +1,7 @@
 """Benchmark: N long-running cells at once on one machine, against a baseline.
 
     .venv/bin/python -m bench.capacity [--cells 100 250 500] [--duration 60] [--quick]
+                                       [--network host model] [--only-arenad]
 
 Each cell is a command arm whose agent prints one JSON line every ``--interval`` seconds
 (0.5) for ``--duration`` seconds, each line carrying its own write time (``t``, ns); the
@@ -28,7 +29,16 @@ Both run one after the other in the same invocation; each is sampled from outsid
 - ``lag p50/p95``: a line's write (its ``t``) to its event's commit (``recorded_at_ms``;
   baseline: the moment it read the line), over the lines written while all N run;
 
-then the ratios arenad/baseline. After each arenad run, outside the timing, the log is
+- ``tree MiB/cell`` and ``tree CPU/1k lines``: the same for the process's whole tree (the
+  process and every descendant, sampled every second: the launcher, the run wrappers with
+  their forwarders, bwrap, the agents), which the process's own figures leave out; the
+  tree's RSS counts shared pages once per process, so it is an upper bound;
+
+then the ratios arenad/baseline. ``--network`` runs arenad once per ``[sandbox] network``
+given (default: the campaign's own default, ``none`` for this model-less arm), and prints
+each against the first: the per-cell cost of a run's own network namespace and forwarder
+(``model`` lets in one endpoint, a port nothing listens on: the agents never dial it).
+After each arenad run, outside the timing, the log is
 checked: every cell recovered, one daemon start (no restart), and every line of every
 agent in the log exactly once.
 """
@@ -103,6 +113,40 @@ class Sample:
     at_ns: int
     cpu_s: float
     rss_kib: int
+    # The whole process tree's CPU time and RSS (:func:`tree`; None: not sampled then).
+    tree_cpu_s: float | None = None
+    tree_rss_kib: int | None = None
+
+
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+TREE_EVERY = 5  # samples: the tree is read once a second (a scan of every process)
+
+
+def tree(root: int) -> tuple[float, int]:
+    """CPU seconds and RSS (KiB) of ``root`` and all its descendants (one /proc scan)."""
+    stats: dict[int, tuple[int, float, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICK
+        stats[int(name)] = (int(fields[1]), cpu, int(fields[21]) * _PAGE_KIB)
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _, _) in stats.items():
+        children[ppid].append(pid)
+    cpu_s, rss, todo = 0.0, 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            cpu_s += stats[pid][1]
+            rss += stats[pid][2]
+        todo += children.get(pid, [])
+    return cpu_s, rss
 
 
 def sample(pid: int) -> Sample | None:
@@ -127,6 +171,8 @@ async def sample_until_exit(proc: asyncio.subprocess.Process) -> list[Sample]:
     while proc.returncode is None:
         s = sample(proc.pid)
         if s is not None:
+            if len(samples) % TREE_EVERY == 0:
+                s.tree_cpu_s, s.tree_rss_kib = tree(proc.pid)
             samples.append(s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), SAMPLE_S)
@@ -163,6 +209,8 @@ class Figures:
     lag_p50_ms: float
     lag_p95_ms: float
     lines_in_window: int
+    tree_mib_per_cell: float = float("nan")
+    tree_cpu_per_1k_lines_ms: float = float("nan")
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -191,6 +239,14 @@ def figures(run: Run) -> Figures:
     lines = sum(1 for w in run.writes for t in w if inside[0].at_ns <= t <= inside[-1].at_ns)
     lags = [(seen - t) / 1e6 for t, seen in run.seen if lo <= t <= hi]
     rss = statistics.fmean(s.rss_kib for s in inside)
+    trees = [s for s in inside if s.tree_cpu_s is not None and s.tree_rss_kib is not None]
+    tree_rss = statistics.fmean(s.tree_rss_kib or 0 for s in trees) if trees else float("nan")
+    tree_cpu = (trees[-1].tree_cpu_s or 0) - (trees[0].tree_cpu_s or 0) if trees else 0.0
+    tree_lines = (
+        sum(1 for w in run.writes for t in w if trees[0].at_ns <= t <= trees[-1].at_ns)
+        if len(trees) > 1
+        else 0
+    )
     return Figures(
         name=run.name,
         all_running_s=(lo - run.started_ns) / 1e9,
@@ -200,6 +256,8 @@ def figures(run: Run) -> Figures:
         lag_p50_ms=pct(lags, 0.50),
         lag_p95_ms=pct(lags, 0.95),
         lines_in_window=lines,
+        tree_mib_per_cell=(tree_rss - run.idle_rss_kib) / 1024 / run.cells,
+        tree_cpu_per_1k_lines_ms=tree_cpu / tree_lines * 1e6 if tree_lines else float("nan"),
     )
 
 
@@ -214,7 +272,9 @@ def read_writes(path: Path) -> list[int]:
 # -- arenad --------------------------------------------------------------------------
 
 
-def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str]) -> None:
+def write_campaign(
+    path: Path, repo: Path, base: str, cells: int, argv: list[str], network: str | None = None
+) -> None:
     lines = [
         'name = "capacity"',
         'split = "dev"',
@@ -227,6 +287,8 @@ def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str
         "[sandbox]",
         f"read_only = {json.dumps([sys.prefix])}",
     ]
+    if network is not None:
+        lines.append(f'network = "{network}"')
     for i in range(cells):
         lines += [
             "[[instances]]",
@@ -243,6 +305,10 @@ def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str
         "uses_model = false",
         "timeout_s = 3600",
     ]
+    if network == "model":
+        # One endpoint let in (a port nothing listens on: the agents never dial it), so
+        # each run has its forwarder's listeners and thread.
+        lines.append('env = { MODEL_URL = "http://127.0.0.1:9/v1" }')
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -293,13 +359,14 @@ async def arenad_run(
     interval: float,
     idle_rss: int,
     max_queued_events: int | None = None,
+    network: str | None = None,
 ) -> Run:
     repo = root / "repo"
     base = make_repo(repo)
     home = Home(root / "home")
     await init_home(home)
     campaign = root / "capacity.toml"
-    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval))
+    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval), network)
     await submit_campaign(home, campaign)
     load0 = os.getloadavg()[0]
     with open(root / "daemon.log", "wb") as log, inotify_queue(max_queued_events):
@@ -353,7 +420,8 @@ async def arenad_run(
         notes.append("FAILED: not every cell recovered in one daemon run")
     if not report.ok:
         notes.append(f"FAILED: verify-log: {report.problem}")
-    return Run("arenad", cells, started, idle_rss, samples, writes, seen, (load0, load1), notes)
+    name = "arenad" if network is None else f"arenad:{network}"
+    return Run(name, cells, started, idle_rss, samples, writes, seen, (load0, load1), notes)
 
 
 # -- baseline ------------------------------------------------------------------------
@@ -464,15 +532,21 @@ def print_figures(runs: list[Run]) -> None:
     print(
         f"  {'':10s} {'all running s':>13s} {'window s':>9s} {'RSS/cell KiB':>13s}"
         f" {'CPU/1k lines ms':>16s} {'lag p50 ms':>11s} {'lag p95 ms':>11s} {'load':>10s}"
+        f" {'tree MiB/cell':>14s} {'tree CPU/1k lines ms':>21s}"
     )
     for run, f in zip(runs, figs, strict=True):
         print(
             f"  {f.name:10s} {f.all_running_s:13.1f} {f.window_s:9.1f} {f.rss_per_cell_kib:13.0f}"
             f" {f.cpu_per_1k_lines_ms:16.1f} {f.lag_p50_ms:11.1f} {f.lag_p95_ms:11.1f}"
             f" {run.load[0]:4.1f}-{run.load[1]:<4.1f}"
+            f" {f.tree_mib_per_cell:14.2f} {f.tree_cpu_per_1k_lines_ms:21.1f}"
         )
-    if len(figs) == 2:
-        print_ratios(*figs)
+    ours = [f for f in figs if f.name.startswith("arenad")]
+    base = [f for f in figs if f.name == "baseline"]
+    if base:
+        print_ratios(ours[0], base[0])
+    for other in ours[1:]:
+        print_ratios(other, ours[0])
     for run in runs:
         for note in run.notes:
             print(f"  {run.name}: {note}")
@@ -482,11 +556,15 @@ def print_ratios(a: Figures, b: Figures) -> None:
     def ratio(x: float, y: float) -> str:
         return f"{x / y:.2f}" if y > 0 else "inf"
 
+    names = "arenad/baseline" if b.name == "baseline" else f"{a.name}/{b.name}"
     print(
-        f"  ratio arenad/baseline: all running {ratio(a.all_running_s, b.all_running_s)},"
+        f"  ratio {names}: all running {ratio(a.all_running_s, b.all_running_s)},"
         f" RSS/cell {ratio(a.rss_per_cell_kib, b.rss_per_cell_kib)},"
         f" CPU/1k lines {ratio(a.cpu_per_1k_lines_ms, b.cpu_per_1k_lines_ms)},"
-        f" lag p50 {ratio(a.lag_p50_ms, b.lag_p50_ms)}, lag p95 {ratio(a.lag_p95_ms, b.lag_p95_ms)}"
+        f" lag p50 {ratio(a.lag_p50_ms, b.lag_p50_ms)},"
+        f" lag p95 {ratio(a.lag_p95_ms, b.lag_p95_ms)},"
+        f" tree MiB/cell {ratio(a.tree_mib_per_cell, b.tree_mib_per_cell)},"
+        f" tree CPU/1k lines {ratio(a.tree_cpu_per_1k_lines_ms, b.tree_cpu_per_1k_lines_ms)}"
     )
 
 
@@ -496,6 +574,7 @@ async def bench(
     interval: float,
     only_arenad: bool = False,
     max_queued_events: int | None = None,
+    networks: Sequence[str | None] = (None,),
 ) -> None:
     lines = max(2, round(duration / interval))
     root = Path(tempfile.mkdtemp(prefix="arenad-capacity-"))
@@ -510,13 +589,17 @@ async def bench(
             runs = []
             if not only_arenad:
                 runs.append(await baseline_run(root / f"baseline-{cells}", cells, lines, interval))
-            arenad = await arenad_run(
-                root / f"arenad-{cells}", cells, lines, interval, idle, max_queued_events
-            )
-            runs.insert(0, arenad)
-            print_figures(runs)
+            ours = []
+            for network in networks:
+                where = root / f"arenad-{cells}-{network or 'default'}"
+                ours.append(
+                    await arenad_run(
+                        where, cells, lines, interval, idle, max_queued_events, network
+                    )
+                )
+                shutil.rmtree(where, ignore_errors=True)
+            print_figures([*ours, *runs])
             shutil.rmtree(root / f"baseline-{cells}", ignore_errors=True)
-            shutil.rmtree(root / f"arenad-{cells}", ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -535,6 +618,12 @@ def main() -> None:
         type=int,
         help="lower fs.inotify.max_queued_events for the daemon (root): the kernel overflows",
     )
+    parser.add_argument(
+        "--network",
+        nargs="+",
+        choices=["host", "none", "model"],
+        help="run arenad once per [sandbox] network; each is compared with the first",
+    )
     parser.add_argument("--baseline-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -544,7 +633,14 @@ def main() -> None:
     if args.quick:
         args.cells, args.duration = [5], 4.0
     asyncio.run(
-        bench(args.cells, args.duration, args.interval, args.only_arenad, args.max_queued_events)
+        bench(
+            args.cells,
+            args.duration,
+            args.interval,
+            args.only_arenad,
+            args.max_queued_events,
+            args.network or (None,),
+        )
     )
 
 

@@ -46,6 +46,11 @@ class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
     version: str | None = None
     read_only: list[str] = []
     read_write: list[str] = []
+    # The run's network ("model", "none", "host"; None: recorded before networks were
+    # cut) and, with "model", the endpoints forwarded into it ("127.0.0.1:8765 ->
+    # 127.0.0.1:8765").
+    network: str | None = None
+    endpoints: list[str] = []
 
 
 class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):

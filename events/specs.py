@@ -143,6 +143,11 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     cpus: float | None = None
     # The workspace's disk use past which the agent run is aborted ("disk limit").
     disk_bytes: int | None = None
+    # The agent run's network (arenad.sandbox.network): "model" its model endpoints only,
+    # through a forwarder; "none" loopback only; "host" the machine's. Resolved at load
+    # (model when the arm uses one, else none). A spec recorded before the key decodes as
+    # "host": what its cells were submitted to run with.
+    network: Literal["model", "none", "host"] = "host"
 
 
 class JudgeSpec(Spec, frozen=True, kw_only=True):

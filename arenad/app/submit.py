@@ -19,6 +19,7 @@ from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import CellsView, cells_view
+from arenad.runs import netns
 from arenad.sandbox.confine import host_problem, share_problem, user_homes
 from arenad.sandbox.secrets import wrapper_problem
 from arenad.store.base import AppendRequest
@@ -72,6 +73,8 @@ def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
     problems = []
     if campaign.sandbox.kind == "bwrap":
         problems.append(host_problem())
+    if campaign.sandbox.network != "host":
+        problems.append(netns.problem())
     if campaign.secrets is not None:
         problems.append(wrapper_problem(campaign.secrets))
     shares = sorted(set(campaign.sandbox.read_only))

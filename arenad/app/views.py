@@ -74,11 +74,16 @@ def _summary(r: Recorded) -> str:
 
 
 def _sandbox_text(view: SandboxView) -> str:
+    network = ""
+    if view.network is not None:
+        network = f" network {view.network}"
+        if view.endpoints:
+            network += f" [{', '.join(view.endpoints)}]"
     if view.kind == "none":
-        return "none (not confined)"
+        return "none (not confined)" + network
     return (
         f"{view.kind} {view.version or '?'} read-only [{', '.join(view.read_only)}]"
-        f" read-write [{', '.join(view.read_write)}]"
+        f" read-write [{', '.join(view.read_write)}]{network}"
     )
 
 

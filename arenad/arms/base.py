@@ -34,9 +34,11 @@ from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import checked_usage
+from arenad.runs import netns
 from arenad.runs.executor import Site
 from arenad.sandbox.cellenv import cell_paths
-from arenad.sandbox.confine import CellSandbox, confine
+from arenad.sandbox.confine import CellSandbox, SandboxError, confine
+from arenad.sandbox.network import network_plan
 from arenad.sandbox.secrets import wrap_bash
 from arenad.store.base import AppendRequest
 from events import cell as ev
@@ -113,6 +115,9 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     kill_grace_s: float
     # What the run can see (recorded in RunStarted); None: not said.
     sandbox: ev.SandboxView | None = None
+    # Its network (arenad.sandbox.network): "host", "none" or "model" with its forwards.
+    network: str = "host"
+    forwards: list[str] = []
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,13 +266,23 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
     # daemon would name the daemon's directory (opencode trusts PWD over its cwd).
     env = {k: v for k, v in command.env.items() if k != "OLDPWD"}
     env["PWD"] = cwd
+    net = network_plan(
+        ctx.spec, home=ctx.sandbox.home_root, run_dir=str(ctx.run_dir), env=command.env
+    )
+    if net.mode != "host" and (problem := netns.problem()) is not None:
+        raise SandboxError(problem)
+    view = msgspec.structs.replace(
+        confined.view, network=net.mode, endpoints=[e.described for e in net.endpoints]
+    )
     return Launch(
         argv=argv,
         cwd=cwd,
         env=env,
         timeout_s=command.timeout_s,
         kill_grace_s=command.kill_grace_s,
-        sandbox=confined.view,
+        sandbox=view,
+        network=net.mode,
+        forwards=net.forwards,
     )
 
 

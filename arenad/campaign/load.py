@@ -121,6 +121,7 @@ from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
 from arenad.sandbox.confine import share_problem, user_homes
+from arenad.sandbox.network import Network, default_network, uses_model
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -236,6 +237,8 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
     pids: int | str = limits.DEFAULT_PIDS
     cpus: float | str = limits.DEFAULT_CPUS
     disk: int | str = limits.DEFAULT_DISK
+    # None: per arm, "model" when it uses a model, else "none" (arenad.sandbox.network).
+    network: Literal["model", "none", "host"] | None = None
 
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
@@ -714,6 +717,8 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     candidate: CandidateSpec | None
     executor: ExecutorSpec | None
     sandbox: SandboxSpec
+    # [sandbox] network as given (None: each arm's default).
+    network: Network | None = None
 
 
 # Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
@@ -793,7 +798,8 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         excludes=excludes,
         candidate=_candidate(parsed.candidate, where),
         executor=_executor(parsed.executor, where),
-        sandbox=_sandbox(parsed.sandbox, base, secrets, where),
+        sandbox=_sandbox(parsed.sandbox, base, secrets, where, arms),
+        network=parsed.sandbox.network if parsed.sandbox is not None else None,
     )
 
 
@@ -842,7 +848,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 experiment_id=parsed.experiment_id,
                 candidate=r.candidate,
                 executor=r.executor,
-                sandbox=r.sandbox,
+                sandbox=msgspec.structs.replace(
+                    r.sandbox, network=r.network or default_network(arm)
+                ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
             )
 
@@ -965,11 +973,17 @@ def load_campaign(path: Path) -> Campaign:
 
 
 def _sandbox(
-    spec: SandboxFile | None, base: Path, secrets: SecretsSpec | None, where: str
+    spec: SandboxFile | None,
+    base: Path,
+    secrets: SecretsSpec | None,
+    where: str,
+    arms: list[ArmSpec],
 ) -> SandboxSpec:
     """The [sandbox] table: read_only paths resolved against the campaign file, existing,
     and never showing what a cell must not see (checked again against the arenad home at
-    submit, and where the cell runs)."""
+    submit, and where the cell runs). Its ``network`` is the most open any cell gets (what
+    submit checks); each cell's own is resolved for its arm."""
+    opened: Network = "model" if any(uses_model(arm) for arm in arms) else "none"
     if spec is None:
         spec = SandboxFile()
     shares = []
@@ -998,6 +1012,7 @@ def _sandbox(
         pids=limits.parse_pids(spec.pids, "[sandbox] pids", where),
         cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
         disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
+        network=spec.network or opened,
     )
 
 

@@ -371,6 +371,8 @@ class CellRunner:
             limits=cgroups.limits_of(state.spec.sandbox),
             disk_dir=str(ctx.run_dir) if state.spec.sandbox.disk_bytes is not None else None,
             disk_bytes=state.spec.sandbox.disk_bytes,
+            network=launch.network,
+            forwards=launch.forwards,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):

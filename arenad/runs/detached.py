@@ -466,6 +466,8 @@ async def spawn_detached(
     lifeline: Lifeline | None = None,
     cgroup_dirs: Sequence[str] = (),
     disk: tuple[str, int] | None = None,
+    network: str = "host",
+    forwards: Sequence[str] = (),
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`.
@@ -474,7 +476,9 @@ async def spawn_detached(
     release pipe closes unreleased never starts its agent. ``lifeline``: the wrapper also
     ends its group when its supervisor goes (see ``arenad/runs/wrapper.py``).
     ``cgroup_dirs``: the run's cgroup (``argv`` joins it), whose counters the wrapper
-    watches; ``disk``: a directory and the bytes it may hold (both: wrapper.py, "Limits")."""
+    watches; ``disk``: a directory and the bytes it may hold (both: wrapper.py, "Limits").
+    ``network`` other than "host": the agent runs in its own network namespace, with
+    ``forwards`` ("PORT=TARGET") let in (``wrapper.py --network``)."""
     if not argv:
         raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
@@ -510,6 +514,10 @@ async def spawn_detached(
         options += ["--cgroups", ":".join(cgroup_dirs)]
     if disk is not None:
         options += ["--disk-dir", disk[0], "--disk-max", str(disk[1])]
+    if network != "host":
+        options += ["--network", network]
+        if forwards:
+            options += ["--forward", ",".join(forwards)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().

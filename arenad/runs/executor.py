@@ -87,6 +87,10 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     limits: Limits | None = None
     disk_dir: str | None = None
     disk_bytes: int | None = None
+    # The agent's network (arenad.sandbox.network): "host", or its own namespace ("none",
+    # "model") with ``forwards`` ("PORT=TARGET") listened on inside.
+    network: str = "host"
+    forwards: list[str] = []
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -202,6 +202,8 @@ class LocalSite(Site):
             attempt=request.attempt,
             timeout_s=request.timeout_s,
             kill_grace_s=request.kill_grace_s,
+            network=request.network,
+            forwards=request.forwards,
             clock=ex.clock,
             launcher=ex.launcher,
             cgroup_dirs=group.dirs if group is not None else (),

@@ -40,7 +40,14 @@ reaches both. Four jobs:
 Arguments (all required but ``--stdin``, ``--cap`` and the remote options below)::
 
     runwrap --exit-file F --store DB --stream S --attempt N --cwd DIR [--stdin FILE]
-            --stdout FILE --stderr FILE [--cap BYTES] -- ARGV...
+            --stdout FILE --stderr FILE [--cap BYTES]
+            [--network none|model [--forward PORT=TARGET,...]] -- ARGV...
+
+``--network``: the agent runs in its own network namespace (``arenad/runs/netns.py``, made
+after the release, before the agent starts): loopback only, and with ``model`` the
+``--forward`` endpoints listened on inside and copied to their targets on the host by a
+thread of this wrapper (so the forwarder lives exactly as long as the run). A namespace that
+cannot be made is recorded like an agent that could not be started.
 
 On a cluster node (the Ray executor) the supervisor is an actor on the node, and the log is
 on another machine, so four more rules apply (all off unless given):
@@ -609,6 +616,20 @@ def _copy_until_exit(
     return status, term_at is not None, files
 
 
+def _enter_network(opts: dict[str, str]) -> None:
+    """Move this wrapper, and so the agent it spawns, into the run's own network namespace
+    and start forwarding its model endpoints (``arenad/runs/netns.py``)."""
+    import importlib
+
+    # A sibling module: "netns" where the launcher put this dir on the path, else the package's.
+    netns = importlib.import_module(f"{__package__}.netns" if __package__ else "netns")
+    mode = opts["network"]
+    if mode not in ("none", "model"):
+        raise ValueError(f"--network must be none or model, not {mode!r}")
+    forwards = netns.parse_forwards(opts.get("forward", "")) if mode == "model" else []
+    netns.enter(forwards).serve()
+
+
 def main(argv: list[str]) -> int:
     # The agent must inherit nothing but its three standard descriptors: whoever started
     # this wrapper (the launcher's fork, or a fresh interpreter) may have left others open,
@@ -641,6 +662,20 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             _say(f"cannot write {exit_file}: {exc.strerror or exc}")
         return NOT_STARTED_EXIT
+    try:
+        if "network" in opts:
+            _enter_network(opts)
+    except (OSError, ValueError) as exc:
+        _finish(
+            exit_file,
+            {
+                **me,
+                "started": False,
+                "error": f"could not make the run's network ({opts['network']}): {exc}",
+                "ended_at_ms": time.time_ns() // 1_000_000,
+            },
+        )
+        return 127
     try:
         os.chdir(opts["cwd"])
         pid, pipes = _spawn(opts, command)

@@ -17,8 +17,9 @@ Why each flag (verified on this machine with bwrap 0.8.0, as real root):
 - ``--unshare-pid`` and ``--die-with-parent``: the child's processes live in their own PID
   namespace, which the kernel empties once the sandbox's monitor goes. The monitor exits right
   after the child and its init (pid 1 inside) is killed with it, so nothing the child started
-  outlives it, not even a process that called ``setsid``. No network namespace: the model
-  endpoint must stay reachable.
+  outlives it, not even a process that called ``setsid``. No network namespace of bwrap's own
+  for an agent run: its wrapper makes one, with the model endpoints forwarded in
+  (``arenad.sandbox.network``); a verify or judge gets ``--unshare-net`` (loopback only).
 - No ``--new-session``: the child stays in the run's process group, so the run's group
   signals (timeout, abort) reach it directly. bwrap forwards no signal itself.
 - ``env --ignore-signal=TERM,INT,HUP`` before bwrap, ``env --default-signal=…`` inside: a
@@ -106,12 +107,17 @@ def nested_dropped(paths: Sequence[str], covered: Sequence[str] = ()) -> tuple[s
     return tuple(kept)
 
 
-def sandbox_argv(host: Host, binds: Binds, command: Sequence[str]) -> list[str]:
-    """The whole argv that runs ``command`` confined to ``binds`` (pure)."""
+def sandbox_argv(
+    host: Host, binds: Binds, command: Sequence[str], *, unshare_net: bool = False
+) -> list[str]:
+    """The whole argv that runs ``command`` confined to ``binds`` (pure). ``unshare_net``:
+    its own network namespace, loopback only (a verify or judge); otherwise the sandbox
+    keeps the network it is started in (an agent run's is made by its wrapper)."""
     argv = [
         host.env,
         f"--ignore-signal={GROUP_SIGNALS}",
         host.bwrap,
+        *(["--unshare-net"] if unshare_net else []),
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",

@@ -30,6 +30,7 @@ import os
 import pwd
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal
 
 import msgspec
 
@@ -277,13 +278,15 @@ def confine(
     read_only: Sequence[str] = (),
     read_write: Sequence[str] = (),
     executables: Sequence[str] = (),
+    network: Literal["none", "inherit"] = "inherit",
 ) -> Confined:
     """``command`` confined to the cell's view (or as it is, with ``kind = "none"``).
 
     ``read_only``: the arm's own shares (refused like the campaign's when they would show
     something hidden); ``read_write``: paths under the run dir the child writes besides the
     workspace and the private dirs; ``executables``: what must be visible inside for the
-    command to start (checked here, before anything runs).
+    command to start (checked here, before anything runs); ``network`` "none": the sandbox
+    gets its own network namespace, loopback only (a verify, a judge).
     """
     if cell.spec.kind == "none":
         return Confined(argv=list(command), view=SandboxView(kind="none"), sandboxed=False)
@@ -340,4 +343,7 @@ def confine(
         read_only=[*host.system_roots, *binds.read_only, binds.run_dir],
         read_write=list(binds.read_write),
     )
-    return Confined(argv=sandbox_argv(host, binds, command), view=view, sandboxed=True)
+    if network == "none":
+        view = msgspec.structs.replace(view, network="none")
+    argv = sandbox_argv(host, binds, command, unshare_net=network == "none")
+    return Confined(argv=argv, view=view, sandboxed=True)

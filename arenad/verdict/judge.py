@@ -126,7 +126,9 @@ async def _judge_once(
     argv = ["bash", "-c", spec.command]
     if sandbox is not None:
         try:
-            argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(workspace)).argv
+            argv = confine(
+                sandbox, argv, env=child_env, chdir=os.fspath(workspace), network="none"
+            ).argv
         except SandboxError as exc:
             return no_verdict(spec, attempt, f"judge could not be sandboxed: {exc}", "")
     limits = cgroups.limits_of(sandbox.spec) if sandbox is not None else None

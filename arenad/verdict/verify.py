@@ -64,7 +64,7 @@ async def run_verify(
     argv = ["bash", "-c", verify_cmd]
     if sandbox is not None:
         try:
-            argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(ws)).argv
+            argv = confine(sandbox, argv, env=child_env, chdir=os.fspath(ws), network="none").argv
         except SandboxError as exc:
             # Never run unconfined what was to be confined: a verdict that says why.
             log.write_text(f"arenad: verify could not be sandboxed: {exc}\n")

@@ -13,8 +13,8 @@ Read-only: no route writes, and the store is only read. One follower task reads 
 appended (only the events the progress fold needs) and wakes the overview's streams; the
 pages read the store when asked. The guard in front of everything: a Host check on a
 loopback bind (a page elsewhere cannot reach the server through DNS rebinding), the
-token when there is one, and the security headers (a strict Content-Security-Policy,
-no sniffing, no framing, no referrer, no caching).
+token (always: on loopback too, a cell on the host's network shares it), and the security
+headers (a strict Content-Security-Policy, no sniffing, no framing, no referrer, no caching).
 """
 
 from __future__ import annotations
@@ -160,10 +160,12 @@ def _host_name(value: str) -> str:
 class Guard:
     """Host check, token, security headers: in front of every HTTP request."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, hosts: frozenset[str] | None) -> None:
+    def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str] | None) -> None:
+        if not token.strip():
+            raise ValueError("the view's token must not be empty")
         self.app = app
         self.token = token
-        self.cookie = token_cookie_value(token) if token is not None else None
+        self.cookie = token_cookie_value(token)
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -186,16 +188,14 @@ class Guard:
             refused = PlainTextResponse("arenad view: unknown Host header\n", status_code=421)
             await refused(scope, receive, send_with_headers)
             return
-        if self.token is not None:
-            response = self._check_token(scope, headers)
-            if response is not None:
-                await response(scope, receive, send_with_headers)
-                return
+        response = self._check_token(scope, headers)
+        if response is not None:
+            await response(scope, receive, send_with_headers)
+            return
         await self.app(scope, receive, send_with_headers)
 
     def _check_token(self, scope: Scope, headers: Headers) -> Response | None:
         """None when the request carries the token; else the response to send."""
-        assert self.token is not None and self.cookie is not None
         token = self.token.encode()
         auth = headers.get("authorization", "")
         if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), token):
@@ -260,10 +260,10 @@ class ViewApp:
         self._follower.close()
 
 
-def build_app(home: Home, *, token: str | None = None, loopback: bool = True) -> ViewApp:
+def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
     """The app over ``home``'s log (the store is opened by its lifespan, in the server's
-    event loop). ``loopback``: the server listens only on this machine, so only a local
-    Host header is served."""
+    event loop); every request must carry ``token``, on loopback too. ``loopback``: the
+    server listens only on this machine, so only a local Host header is served."""
     live = _Live()
     follower = Follower()
 

@@ -1,18 +1,27 @@
 """``arenad view``'s I/O edge: the bind, the token rule, the store, uvicorn.
 
-The server binds 127.0.0.1 by default. Any address that is not loopback (every address
-the host name resolves to is checked, before anything is bound) needs a token, and then
-every request must carry it (:class:`arenad.view.server.Guard`). A token given on a
-loopback bind is required too. The token is never printed or logged: uvicorn's access log
+Every request carries a token (:class:`arenad.view.server.Guard`), on loopback too: a
+cell's agent on ``[sandbox] network = "host"`` shares the machine's loopback, and must not
+read its neighbours' patches through the view. The token is the one given (``--token`` or
+ARENAD_VIEW_TOKEN, never printed), else the home's own: ``<home>/view.token`` (mode 0600,
+made on first use, inside the home no sandboxed cell can see), which the CLI prints in the
+URL it serves (``?token=`` once; the browser then keeps a cookie). uvicorn's access log
 (which would show a ``?token=`` query) is off.
+
+The server binds 127.0.0.1 by default. Any address that is not loopback (every address
+the host name resolves to is checked, before anything is bound) needs an explicit token:
+serving the log beyond this machine is a choice made on purpose.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import secrets
 import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import uvicorn
 
@@ -20,10 +29,11 @@ from arenad.errors import UserError
 from arenad.home import Home, require_initialized
 from arenad.view.server import ViewApp, build_app
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "bind", "is_loopback", "serve_view"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "bind", "home_token", "is_loopback", "serve_view"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8686
+TOKEN_FILE = "view.token"
 
 
 def _addresses(host: str, port: int) -> list[tuple[int, tuple[Any, ...]]]:
@@ -57,10 +67,37 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _url(sock: socket.socket) -> str:
+def _url(sock: socket.socket, token: str | None = None) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"http://{shown}:{port}/" + ("" if token is None else f"?token={quote(token)}")
+
+
+def home_token(home: Home) -> str:
+    """The home's view token (``<home>/view.token``), made on first use: 0600, random."""
+    path = home.root / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UserError(f"{path}: cannot create the view's token: {exc.strerror}") from None
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            mode = os.fstat(f.fileno()).st_mode
+            token = f.read(4096).strip()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the view's token: {exc.strerror}") from None
+    if mode & 0o077:
+        raise UserError(f"{path}: readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    if not token:
+        # A half-written file (a crash between create and write): one more try makes it.
+        raise UserError(f"{path} is empty; delete it and run arenad view again")
+    return token
 
 
 class _Server(uvicorn.Server):
@@ -93,6 +130,9 @@ async def serve_view(
             " the log; pass --token (or ARENAD_VIEW_TOKEN), which every request must then carry"
         )
     require_initialized(home)
+    printed = None
+    if token is None:
+        token = printed = home_token(home)
     sock = bind(host, port)
     try:
         app = build_app(home, token=token, loopback=loopback)
@@ -106,7 +146,7 @@ async def serve_view(
         )
         server = _Server(config, app)
         if ready is not None:
-            ready(_url(sock))
+            ready(_url(sock, printed))
         await server.serve(sockets=[sock])
     finally:
         sock.close()

@@ -21,6 +21,8 @@ RESOLVED_AT_SUBMIT = {
     # without the keys gets the shared-box defaults (arenad.campaign.limits).
     ("SandboxFile", "pids"),
     ("SandboxFile", "cpus"),
+    # None: each arm's default (model or none); the spec's own default is an old spec's.
+    ("SandboxFile", "network"),
 }
 
 PAIRS = [

@@ -633,3 +633,29 @@ def test_verify_in_defaults_to_the_checkout_and_workspace_is_a_choice(tmp_path: 
     bad = GOOD.replace("[materializer]", '[verify]\nverify_in = "ws"\n[materializer]')
     with pytest.raises(CampaignError, match="verify_in"):
         load_campaign(write(tmp_path, bad))
+
+
+TOOL_ARM = """[[arms]]
+name = "TOOL"
+kind = "command"
+argv = ["true"]
+uses_model = false
+"""
+
+
+def test_the_network_defaults_per_arm_and_a_given_one_applies_to_all(tmp_path: Path) -> None:
+    """Model for an arm that uses a model, none for one that does not; the campaign's
+    sandbox says the most open (what submit checks this machine can make)."""
+    campaign = load_campaign(write(tmp_path, GOOD + TOOL_ARM))
+    assert {c.arm.name: c.sandbox.network for c in campaign.cells} == {
+        "SOLO": "model",
+        "TOOL": "none",
+    }
+    assert campaign.sandbox.network == "model"
+    only_tool = GOOD.split("[[arms]]")[0] + TOOL_ARM
+    assert load_campaign(write(tmp_path, only_tool)).sandbox.network == "none"
+    given = load_campaign(write(tmp_path, GOOD + TOOL_ARM + '[sandbox]\nnetwork = "host"\n'))
+    assert {c.sandbox.network for c in given.cells} == {"host"}
+    assert given.sandbox.network == "host"
+    with pytest.raises(CampaignError, match=r"Invalid enum value 'lan' - at `sandbox.network`"):
+        load_campaign(write(tmp_path, GOOD + '[sandbox]\nnetwork = "lan"\n'))

@@ -137,6 +137,9 @@ def test_opencode_runs_sandboxed_with_the_auth_file_read_outside(
     started = next(e for e in events if isinstance(e, ev.RunStarted))
     assert started.sandbox is not None and started.sandbox.kind == "bwrap"
     assert not any(str(auth.parent) in p for p in started.sandbox.read_only)
+    # The default network: only the model, forwarded into the run's own namespace.
+    assert started.sandbox.network == "model"
+    assert started.sandbox.endpoints == [f"127.0.0.1:{model.port} -> 127.0.0.1:{model.port}"]
     completed = next(e for e in events if isinstance(e, ev.RunCompleted))
     assert completed.rc == 0
     verified = next(e for e in events if isinstance(e, ev.CellVerified))

@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import msgspec
 
@@ -54,12 +55,29 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class ViewServer(msgspec.Struct):
+    # As the CLI printed it: with ``?token=`` (the home's token), which a browser brings
+    # once (a redirect to the clean URL then, and a cookie).
     url: str
     process: subprocess.Popen[bytes]
     stderr: Path
 
+    @property
+    def token(self) -> str | None:
+        given = parse_qs(urlsplit(self.url).query).get("token")
+        return given[0] if given else None
+
     def at(self, path: str) -> str:
-        return self.url.rstrip("/") + path
+        """The clean URL of ``path`` (what a page shows once the cookie is set)."""
+        return self.url.partition("?")[0].rstrip("/") + path
+
+    def signed(self, path: str) -> str:
+        """``path`` with the token in the query: a first visit that logs in."""
+        return self.at(path) + ("&" if "?" in path else "?") + urlencode({"token": self.token})
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """For a client that is not a browser."""
+        return {"Authorization": f"Bearer {self.token}"}
 
 
 @contextlib.contextmanager

@@ -137,7 +137,7 @@ def test_agent_markup_stays_inert(page: Any, home: Path, tmp_path: Path) -> None
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     with view_server(home, log=tmp_path / "view.log") as server:
-        response = page.goto(server.at(f"/cells/{quote(XSS_CELL, safe='')}"))
+        response = page.goto(server.signed(f"/cells/{quote(XSS_CELL, safe='')}"))
         assert response is not None and response.status == 200
         csp = response.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "default-src 'none'" in csp
@@ -171,7 +171,7 @@ def test_the_report_page_and_the_report_file(page: Any, home: Path, tmp_path: Pa
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     with view_server(home, log=tmp_path / "view.log") as server:
-        page.goto(server.at("/report"))
+        page.goto(server.signed("/report"))
         # The resolve rate and spend plots; no cost plot while a run's cost is unknown.
         assert page.locator("svg").count() == 2
         assert "No arm has both a known cost" in page.locator("main").inner_text()
@@ -180,7 +180,8 @@ def test_the_report_page_and_the_report_file(page: Any, home: Path, tmp_path: Pa
         # /report.html is byte for byte what `arenad report --html` writes.
         written = tmp_path / "report.html"
         assert cli(home, "report", "--html", str(written)).returncode == 0
-        with urllib.request.urlopen(server.at("/report.html")) as served:
+        signed = urllib.request.Request(server.at("/report.html"), headers=server.headers)
+        with urllib.request.urlopen(signed) as served:
             assert served.read() == written.read_bytes()
     # The file stands alone: opened from disk, it asks for nothing else.
     requests.clear()
@@ -188,6 +189,26 @@ def test_the_report_page_and_the_report_file(page: Any, home: Path, tmp_path: Pa
     assert page.locator("svg").count() == 2
     assert requests == [written.as_uri()]
     page.screenshot(path=tmp_path / "report-file.png", full_page=True)
+
+
+def test_on_loopback_the_view_needs_its_token_too(page: Any, home: Path, tmp_path: Path) -> None:
+    """A cell on the host's network shares the loopback: without the home's token (which
+    only the CLI prints) the view answers 401 and shows nothing of the log."""
+    with view_server(home, log=tmp_path / "view.log") as server:
+        assert server.token and server.token == (home / "view.token").read_text().strip()
+        for path in ("/", f"/cells/{quote(XSS_CELL, safe='')}", "/report.html"):
+            refused = page.goto(server.at(path))
+            assert refused is not None and refused.status == 401, path
+            assert "web" not in page.content() and XSS_CELL not in page.content()
+        # The printed URL logs the browser in: the token leaves the address bar at once,
+        # and a cookie (HttpOnly, SameSite=Strict, a digest) carries it from then on.
+        page.goto(server.url)
+        assert page.url == server.at("/")
+        page.wait_for_selector("#live-state:text('live')")
+        (cookie,) = page.context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert server.token not in cookie["value"]
+        page.screenshot(path=tmp_path / "overview-home-token.png", full_page=True)
 
 
 def test_a_non_loopback_bind_needs_a_token(page: Any, home: Path, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from tests.events.samples import make_spec
 from tests.view.view_log import XSS_CELL, build_view_log
 
 LOCAL = "http://127.0.0.1:8686"
+TOKEN = "the-homes-view-token"
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,23 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def client(home: Path) -> Iterator[TestClient]:
-    with TestClient(build_app(Home(home)), base_url=LOCAL) as c:
+    app = build_app(Home(home), token=TOKEN)
+    with TestClient(app, base_url=LOCAL, headers={"authorization": f"Bearer {TOKEN}"}) as c:
         yield c
+
+
+def test_on_loopback_too_every_request_needs_the_token(home: Path) -> None:
+    """A cell on the host's network shares the loopback: without the token it learns
+    nothing, not even which cells or campaigns exist (the refusal is one fixed line)."""
+    with TestClient(build_app(Home(home), token=TOKEN), base_url=LOCAL) as c:
+        cell = f"/cells/{quote(XSS_CELL, safe='')}"
+        for path in ("/", "/events", cell, "/campaigns/web", "/report.html", "/static/live.js"):
+            r = c.get(path)
+            assert r.status_code == 401, path
+            assert "web" not in r.text and XSS_CELL not in r.text
+        assert c.get(cell, headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    with pytest.raises(ValueError, match="must not be empty"):
+        build_app(Home(home), token=" ")
 
 
 def test_every_page_answers_with_the_strict_headers(client: TestClient) -> None:

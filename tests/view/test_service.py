@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from arenad.errors import UserError
 from arenad.home import Home
-from arenad.view.service import bind, is_loopback, serve_view
+from arenad.view.service import bind, home_token, is_loopback, serve_view
 from tests.view.view_log import build_view_log
 
 
@@ -46,3 +49,32 @@ def test_a_port_in_use_is_a_user_error() -> None:
             bind("127.0.0.1", port)
     finally:
         taken.close()
+
+
+def test_the_home_token_is_made_once_private_and_kept(home: Home) -> None:
+    token = home_token(home)
+    path = home.root / "view.token"
+    assert len(token) >= 40 and path.stat().st_mode & 0o777 == 0o600
+    assert home_token(home) == token  # the CLI's next start serves the same token
+    path.chmod(0o644)
+    with pytest.raises(UserError, match=r"view\.token: readable by others \(mode 644\)"):
+        home_token(home)
+    path.chmod(0o600)
+    path.write_text("")
+    with pytest.raises(UserError, match=r"view\.token is empty"):
+        home_token(home)
+
+
+def test_the_cli_prints_the_url_with_the_homes_token(home: Home) -> None:
+    """Only the home's token is printed (a given one never is), in the URL to open."""
+    cli = [str(Path(sys.executable).parent / "arenad"), "--home", str(home.root), "view"]
+    process = subprocess.Popen(
+        [*cli, "--port", "0"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    assert f"/?token={home_token(home)} " in line, line

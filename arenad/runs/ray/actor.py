@@ -344,6 +344,8 @@ class CellActor:
                 attempt=request.attempt,
                 timeout_s=request.timeout_s,
                 kill_grace_s=request.kill_grace_s,
+                network=request.network,
+                forwards=request.forwards,
                 clock=system_clock,
                 launcher=self._launcher,
                 lifeline=Lifeline(read_fd=read_end, silence_s=self.config.silence_s),
