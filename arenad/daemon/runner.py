@@ -711,6 +711,10 @@ class CellRunner:
                         str(ctx.run_dir),
                         ctx.env,
                         ctx.sandbox,
+                        # What a container judge grades (kind = "swebench").
+                        spec.instance,
+                        str(patch_path) if patch is not None else None,
+                        spec.arm.name,
                     )
                 )
             events.append(

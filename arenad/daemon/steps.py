@@ -19,7 +19,7 @@ from arenad.verdict.judge import run_judge
 from arenad.verdict.patch import Extraction, extract_checked
 from arenad.verdict.verify import VerifyResult, run_verify
 from events.cell import JudgeVerdictRecorded
-from events.specs import CellSpec, JudgeSpec
+from events.specs import CellSpec, InstanceSpec, JudgeSpec
 
 
 async def materialize_step(
@@ -77,7 +77,18 @@ async def judge_step(
     run_dir: str,
     env: dict[str, str],
     sandbox: CellSandbox | None = None,
+    instance: InstanceSpec | None = None,
+    patch_path: str | None = None,
+    arm: str = "",
 ) -> JudgeVerdictRecorded:
     return await run_judge(
-        spec, attempt=attempt, workspace=workspace, run_dir=run_dir, env=env, sandbox=sandbox
+        spec,
+        attempt=attempt,
+        workspace=workspace,
+        run_dir=run_dir,
+        env=env,
+        sandbox=sandbox,
+        instance=instance,
+        patch_path=patch_path,
+        arm=arm,
     )
