@@ -154,8 +154,17 @@ def log_parser_problem(name: str) -> str | None:
             f"the swebench package is not installed ({exc}); install arenad's swebench extra"
             " (pip install 'arenad[swebench]')"
         )
-    if name not in registry:
-        return f"swebench has no log parser {name!r}"
+    if _registry_name(name, registry) is None:
+        shown = sorted(k.removeprefix("parse_log_") for k in registry)
+        return f"swebench has no log parser {name!r} (it has {', '.join(shown)})"
+    return None
+
+
+def _registry_name(name: str, registry: Any) -> str | None:
+    """swebench's key for ``name``: ``pytest`` or ``parse_log_pytest`` both name it."""
+    for key in (name, f"parse_log_{name}"):
+        if key in registry:
+            return key
     return None
 
 
@@ -228,7 +237,8 @@ def _attempts(log: str) -> list[dict[str, Any]]:
 def _grade(
     grading: Grading, log_parser: str, patch: str, log_path: Path, arm: str
 ) -> dict[str, Any]:
-    grading_mod, _, constants, test_spec_cls = _swebench()
+    grading_mod, registry, constants, test_spec_cls = _swebench()
+    parser_key = _registry_name(log_parser, registry)
     eval_type = (
         constants.EvalType.FAIL_ONLY.value
         if grading.repo in getattr(constants, "FAIL_ONLY_REPOS", ())
@@ -242,7 +252,7 @@ def _grade(
         version=grading.version,
         FAIL_TO_PASS=grading.fail_to_pass,
         PASS_TO_PASS=grading.pass_to_pass,
-        log_parser=log_parser,
+        log_parser=parser_key,
         eval_type=eval_type,
     )
     prediction = {

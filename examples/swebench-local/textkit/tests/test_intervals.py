@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.intervals import contains, merge, total_length
 
 

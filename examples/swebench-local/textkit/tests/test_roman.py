@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.roman import from_roman, to_roman
 
 

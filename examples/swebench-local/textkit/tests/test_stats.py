@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.stats import mean, median, mode, variance
 
 
