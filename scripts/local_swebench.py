@@ -296,6 +296,52 @@ def write_parquet(rows: list[dict[str, str]], path: Path) -> None:
     os.replace(tmp, path)
 
 
+GOLD_CAMPAIGN = """\
+# Written by scripts/build-local-swebench: the local SWE-bench with the gold patch as a
+# command arm's "agent" (no model, no credentials), graded by the official rules. Every
+# instance resolves. examples/swebench-local.toml is the same campaign with a model's arm.
+name = "swebench-local-gold"
+instances_file = {parquet}
+verify_template = "! git diff --quiet {{base_commit}}"
+
+[materializer]
+kind = "image"
+
+[judge]
+kind = "swebench"
+test_cmd = {test_cmd}
+log_parser = "pytest"
+timeout_s = 600
+memory_mb = 2048
+
+[sandbox]
+read_only = [{gold}]
+
+[[arms]]
+name = "GOLD"
+kind = "command"
+uses_model = false
+argv = ["bash", "-c", "git apply \\"$0/$(git rev-parse HEAD).patch\\"", {gold}]
+"""
+
+
+def write_gold(rows: list[dict[str, str]], out: Path, parquet: Path) -> Path:
+    """The gold patches by base commit (what the GOLD arm reads) and its campaign file."""
+    gold = out / "data" / "gold"
+    gold.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        (gold / f"{row['base_commit']}.patch").write_text(row["patch"])
+    campaign = out / "gold.toml"
+    campaign.write_text(
+        GOLD_CAMPAIGN.format(
+            parquet=json.dumps(str(parquet)),
+            test_cmd=json.dumps(TEST_CMD),
+            gold=json.dumps(str(gold)),
+        )
+    )
+    return campaign
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -308,7 +354,8 @@ def main() -> None:
     rows = build(args.out)
     dest = args.out / "data" / "test-00000-of-00001.parquet"
     write_parquet(rows, dest)
-    print(f"wrote {len(rows)} instances to {dest}")
+    campaign = write_gold(rows, args.out, dest)
+    print(f"wrote {len(rows)} instances to {dest}; the gold arm's campaign: {campaign}")
 
 
 if __name__ == "__main__":

@@ -800,22 +800,31 @@ def _instances(r: _Resolved, rows: Iterable[Row], selector: _Selector) -> Iterat
         instance = _instance(row, parsed.verify_template, where)
         if not selector.keep(instance.instance_id):
             continue
-        if parsed.materializer is not None and parsed.materializer.kind == "image":
-            # Recorded in the spec, so a rerun uses the same image even if the rule changes.
-            instance = msgspec.structs.replace(
-                instance, image=instance.image or default_image_name(instance.instance_id)
-            )
-        if r.judge is not None and r.judge.kind == "swebench":
-            try:
-                grading = grading_of(instance)
-            except GradingError as exc:
-                raise CampaignError(
-                    f'{where}: instance {instance.instance_id!r}: [judge] kind = "swebench": {exc}'
-                ) from None
-            r.images.setdefault(grading.image, instance.instance_id)
-        elif instance.image is not None:
-            r.images.setdefault(instance.image, instance.instance_id)
-        yield instance
+        yield _with_image(r, instance, where)
+
+
+def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpec:
+    """A selected instance with its image named (image materializer), its grading columns
+    checked (swebench judge), and the images it needs noted in ``r.images``."""
+    parsed = r.parsed
+    if parsed.materializer is not None and parsed.materializer.kind == "image":
+        # Recorded in the spec, so a rerun uses the same image even if the rule changes.
+        instance = msgspec.structs.replace(
+            instance, image=instance.image or default_image_name(instance.instance_id)
+        )
+    if r.judge is not None and r.judge.kind == "swebench":
+        try:
+            grading = grading_of(instance)
+        except GradingError as exc:
+            raise CampaignError(
+                f'{where}: instance {instance.instance_id!r}: [judge] kind = "swebench": {exc}'
+            ) from None
+        r.images.setdefault(grading.image, instance.instance_id)
+    if instance.image is not None and (
+        parsed.materializer is None or parsed.materializer.kind == "image"
+    ):
+        r.images.setdefault(instance.image, instance.instance_id)
+    return instance
 
 
 def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
@@ -885,6 +894,7 @@ def load_campaign(path: Path) -> Campaign:
         if not selector.keep(iid):
             continue
         _materializer(parsed.materializer, instance, base, row_where)
+        _with_image(resolved, instance, row_where)
         instance_count += 1
         selected.update(iid.encode() + b"\0")
         if len(preview_ids) < PREVIEW_CELLS:
