@@ -224,7 +224,7 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     kind: Literal["command", "swebench"] = "command"
-    command: str | None = None
+    command: str = ""
     name: str = "swe-arena-official-judge"
     timeout_s: float = 600.0
     # kind = "swebench": the grade's test command and swebench's log parser, and the
@@ -754,7 +754,7 @@ def _judge(parsed: JudgeFile | None, where: str) -> JudgeSpec | None:
             if getattr(parsed, key) is not None:
                 raise CampaignError(f'{where}: [judge] {key} is for kind = "swebench"')
         return JudgeSpec(command=parsed.command, name=parsed.name, timeout_s=parsed.timeout_s)
-    if parsed.command is not None:
+    if parsed.command:
         raise CampaignError(f'{where}: [judge] command is for kind = "command"')
     if not parsed.test_cmd or not parsed.test_cmd.strip():
         raise CampaignError(f'{where}: [judge] test_cmd is required (kind = "swebench")')
