@@ -321,6 +321,8 @@ class JudgeVerdictRecorded(Event, tag="cell.judge-verdict", frozen=True, kw_only
     # judgeAttempts / judgeWallS); None: not recorded.
     attempts: int | None = None
     wall_s: float | None = None
+    # A container judge's test log (its tail, whole size and sha256), as the verify log's.
+    test_log: TextExcerpt | None = None
 
 
 class TextExcerpt(msgspec.Struct, frozen=True, kw_only=True):

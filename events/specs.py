@@ -151,11 +151,24 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
 
 
 class JudgeSpec(Spec, frozen=True, kw_only=True):
-    """An optional judge command run after verify (cwd = ws); it prints a verdict JSON."""
+    """An optional judge run after verify on a scored run.
 
-    command: str
+    ``kind = "command"``: ``command`` runs in the workspace and prints a verdict JSON.
+    ``kind = "swebench"``: the official SWE-bench grade in a fresh container of the
+    instance's image (:mod:`arenad.verdict.swebench`): ``test_cmd`` runs in ``/testbed`` and
+    swebench's ``log_parser`` reads its output; the container gets ``memory_mb`` of memory
+    (no swap), at most ``pids`` processes, ``cpus`` CPUs (None: no limit) and no network.
+    """
+
+    command: str = ""
     name: str = "swe-arena-official-judge"
     timeout_s: float = 600.0
+    kind: Literal["command", "swebench"] = "command"
+    test_cmd: str | None = None
+    log_parser: str | None = None
+    memory_mb: int = 4096
+    pids: int = 4096
+    cpus: float | None = None
 
 
 class CandidateSpec(Spec, frozen=True, kw_only=True):

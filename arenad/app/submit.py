@@ -16,6 +16,7 @@ import msgspec
 
 from arenad.budget.cap import fold_budget
 from arenad.campaign import Campaign, load_campaign, spec_sha256
+from arenad.containers.docker import missing_images
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import CellsView, cells_view
@@ -82,6 +83,9 @@ def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
     for share in shares:
         problem = share_problem(share, home_root=str(home.root), secrets_dir=None, homes=homes)
         problems.append(None if problem is None else f"[sandbox] read_only: {problem}")
+    if campaign.images:
+        # Every cell of an instance whose image is missing would fail at its first step.
+        problems.append(missing_images(campaign.images))
     for problem in problems:
         if problem is not None:
             raise UserError(f"{path}: {problem}; nothing was appended")

@@ -122,6 +122,7 @@ from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
 from arenad.sandbox.confine import share_problem, user_homes
 from arenad.sandbox.network import Network, default_network, uses_model
+from arenad.verdict.swebench import GradingError, grading_of, log_parser_problem
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -242,9 +243,17 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
 
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
-    command: str
+    kind: Literal["command", "swebench"] = "command"
+    command: str = ""
     name: str = "swe-arena-official-judge"
     timeout_s: float = 600.0
+    # kind = "swebench": the grade's test command and swebench's log parser, and the
+    # judge container's limits.
+    test_cmd: str | None = None
+    log_parser: str | None = None
+    memory_mb: int = 4096
+    pids: int = 4096
+    cpus: float | None = None
 
 
 class ExecutorFile(_Strict, frozen=True, kw_only=True):
@@ -329,6 +338,9 @@ class Campaign:
     preview_cell_ids: list[str]
     preview_verify: list[str]
     _cells: Callable[[], Iterator[CellSpec]] = dataclasses.field(repr=False)
+    # Each container image the cells need -> the first instance needing it (submit checks
+    # the engine holds them all).
+    images: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def iter_cells(self) -> Iterator[CellSpec]:
         """The campaign's cells in order (instance, arm, rep); raises CampaignError if the
@@ -719,6 +731,9 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     sandbox: SandboxSpec
     # [sandbox] network as given (None: each arm's default).
     network: Network | None = None
+    # Each container image the cells need (materializer, swebench judge) -> the first
+    # instance that needs it: filled by the validating pass, for submit to check.
+    images: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 # Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
@@ -776,13 +791,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
             env_files=parsed.secrets.env_files,
             wrapper=parsed.secrets.wrapper,
         )
-    judge = (
-        JudgeSpec(
-            command=parsed.judge.command, name=parsed.judge.name, timeout_s=parsed.judge.timeout_s
-        )
-        if parsed.judge
-        else None
-    )
+    judge = _judge(parsed.judge, where)
     if parsed.excludes is not None and not parsed.excludes:
         # The seed refuses an empty list too (loadExcludes): it would put the test files
         # the verify command brings in the patch.
@@ -803,6 +812,46 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
     )
 
 
+def _judge(parsed: JudgeFile | None, where: str) -> JudgeSpec | None:
+    if parsed is None:
+        return None
+    if parsed.kind == "command":
+        if not parsed.command:
+            raise CampaignError(f'{where}: [judge] command is required (kind = "command")')
+        for key in ("test_cmd", "log_parser", "cpus"):
+            if getattr(parsed, key) is not None:
+                raise CampaignError(f'{where}: [judge] {key} is for kind = "swebench"')
+        return JudgeSpec(command=parsed.command, name=parsed.name, timeout_s=parsed.timeout_s)
+    if parsed.command:
+        raise CampaignError(f'{where}: [judge] command is for kind = "command"')
+    if not parsed.test_cmd or not parsed.test_cmd.strip():
+        raise CampaignError(f'{where}: [judge] test_cmd is required (kind = "swebench")')
+    if not parsed.log_parser:
+        raise CampaignError(
+            f'{where}: [judge] log_parser is required (kind = "swebench"): one of swebench\'s'
+            ' parser names, e.g. "pytest"'
+        )
+    problem = log_parser_problem(parsed.log_parser)
+    if problem is not None:
+        raise CampaignError(f"{where}: [judge] log_parser: {problem}")
+    if parsed.memory_mb < 16:
+        raise CampaignError(f"{where}: [judge] memory_mb must be at least 16")
+    if parsed.pids < 8:
+        raise CampaignError(f"{where}: [judge] pids must be at least 8")
+    if parsed.cpus is not None and not (math.isfinite(parsed.cpus) and parsed.cpus > 0):
+        raise CampaignError(f"{where}: [judge] cpus must be a finite number > 0")
+    return JudgeSpec(
+        kind="swebench",
+        name=parsed.name,
+        timeout_s=parsed.timeout_s,
+        test_cmd=parsed.test_cmd,
+        log_parser=parsed.log_parser,
+        memory_mb=parsed.memory_mb,
+        pids=parsed.pids,
+        cpus=parsed.cpus,
+    )
+
+
 def _rows(parsed: CampaignFile, base: Path, where: str) -> Callable[[], Iterable[Row]]:
     """A fresh pass over the campaign's rows each call."""
     if parsed.instances_file:
@@ -819,12 +868,31 @@ def _instances(r: _Resolved, rows: Iterable[Row], selector: _Selector) -> Iterat
         instance = _instance(row, parsed.verify_template, where)
         if not selector.keep(instance.instance_id):
             continue
-        if parsed.materializer is not None and parsed.materializer.kind == "image":
-            # Recorded in the spec, so a rerun uses the same image even if the rule changes.
-            instance = msgspec.structs.replace(
-                instance, image=instance.image or default_image_name(instance.instance_id)
-            )
-        yield instance
+        yield _with_image(r, instance, where)
+
+
+def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpec:
+    """A selected instance with its image named (image materializer), its grading columns
+    checked (swebench judge), and the images it needs noted in ``r.images``."""
+    parsed = r.parsed
+    if parsed.materializer is not None and parsed.materializer.kind == "image":
+        # Recorded in the spec, so a rerun uses the same image even if the rule changes.
+        instance = msgspec.structs.replace(
+            instance, image=instance.image or default_image_name(instance.instance_id)
+        )
+    if r.judge is not None and r.judge.kind == "swebench":
+        try:
+            grading = grading_of(instance)
+        except GradingError as exc:
+            raise CampaignError(
+                f'{where}: instance {instance.instance_id!r}: [judge] kind = "swebench": {exc}'
+            ) from None
+        r.images.setdefault(grading.image, instance.instance_id)
+    if instance.image is not None and (
+        parsed.materializer is None or parsed.materializer.kind == "image"
+    ):
+        r.images.setdefault(instance.image, instance.instance_id)
+    return instance
 
 
 def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
@@ -897,6 +965,7 @@ def load_campaign(path: Path) -> Campaign:
         if not selector.keep(iid):
             continue
         _materializer(parsed.materializer, instance, base, row_where)
+        _with_image(resolved, instance, row_where)
         instance_count += 1
         selected.update(iid.encode() + b"\0")
         if len(preview_ids) < PREVIEW_CELLS:
@@ -969,6 +1038,7 @@ def load_campaign(path: Path) -> Campaign:
         preview_cell_ids=preview_cells,
         preview_verify=preview_verify,
         _cells=cells,
+        images=dict(resolved.images),
     )
 
 

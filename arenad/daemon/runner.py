@@ -756,7 +756,14 @@ class CellRunner:
                 async with stalls.reported(self.cell_id, "judge", judge_limit):
                     judged = await self._unless_aborted(
                         site.call(
-                            steps.judge_step, spec.judge, state.attempt, grading, str(ctx.run_dir)
+                            steps.judge_step,
+                            spec.judge,
+                            state.attempt,
+                            grading,
+                            str(ctx.run_dir),
+                            # What a container judge grades (kind = "swebench").
+                            spec.instance,
+                            spec.arm.name,
                         )
                     )
             except GradeError as exc:

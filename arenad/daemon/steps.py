@@ -17,7 +17,7 @@ from arenad.sandbox.cellenv import prepare_cell_env
 from arenad.verdict.grade import Graded, Grading, judge_graded, verify_graded
 from arenad.verdict.patch import Extraction, extract_checked
 from events.cell import JudgeVerdictRecorded
-from events.specs import CellSpec, JudgeSpec
+from events.specs import CellSpec, InstanceSpec, JudgeSpec
 
 
 async def materialize_step(
@@ -60,6 +60,12 @@ async def verify_step(
 
 
 async def judge_step(
-    tools: Tools, spec: JudgeSpec, attempt: int, grading: Grading, run_dir: str
+    tools: Tools,
+    spec: JudgeSpec,
+    attempt: int,
+    grading: Grading,
+    run_dir: str,
+    instance: InstanceSpec | None = None,
+    arm: str = "",
 ) -> JudgeVerdictRecorded:
-    return await judge_graded(grading, spec, attempt, run_dir)
+    return await judge_graded(grading, spec, attempt, run_dir, instance=instance, arm=arm)

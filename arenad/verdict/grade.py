@@ -51,7 +51,7 @@ from arenad.verdict.judge import no_verdict, run_judge
 from arenad.verdict.patch_files import section_names, sections
 from arenad.verdict.verify import VerifyResult, run_verify
 from events.cell import JudgeVerdictRecorded
-from events.specs import JudgeSpec
+from events.specs import InstanceSpec, JudgeSpec
 
 VerifyIn = Literal["checkout", "workspace"]
 
@@ -293,10 +293,28 @@ async def verify_graded(
 
 
 async def judge_graded(
-    grading: Grading, spec: JudgeSpec, attempt: int, run_dir: str
+    grading: Grading,
+    spec: JudgeSpec,
+    attempt: int,
+    run_dir: str,
+    *,
+    instance: InstanceSpec | None = None,
+    arm: str = "",
 ) -> JudgeVerdictRecorded:
     """Run the judge where ``grading`` says (a checkout of its own, fresh after verify);
-    a patch that does not apply gives no verdict, saying why."""
+    a patch that does not apply gives no verdict, saying why. A ``swebench`` judge makes its
+    own fresh container of the instance image and applies the stored patch there, the way
+    the harness does (each way of applying recorded), so it takes no checkout."""
+    if spec.kind == "swebench":
+        return await run_judge(
+            spec,
+            attempt=attempt,
+            workspace=run_dir,
+            run_dir=run_dir,
+            instance=instance,
+            patch_path=grading.patch_path,
+            arm=arm,
+        )
     async with place_for(grading) as where:
         if where.applied is False:
             return no_verdict(spec, attempt, f"judge did not run: {where.note}")

@@ -33,8 +33,9 @@ from arenad.runs.commands import run
 from arenad.runs.groups import SpawnError
 from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.secrets import strip_provider_secrets
+from arenad.verdict.swebench import run_swebench_judge, test_log_excerpt
 from events.cell import LIMIT_REASONS, JudgeVerdictRecorded
-from events.specs import JudgeSpec
+from events.specs import InstanceSpec, JudgeSpec
 
 __all__ = ["DEFAULT_JUDGE", "VerdictError", "no_verdict", "parse_verdict", "run_judge"]
 
@@ -100,16 +101,50 @@ async def run_judge(
     run_dir: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
     sandbox: CellSandbox | None = None,
+    instance: InstanceSpec | None = None,
+    patch_path: str | None = None,
+    arm: str = "",
 ) -> JudgeVerdictRecorded:
     """Run the campaign's judge for one attempt, confined to ``sandbox`` when given (it
     reads the agent's workspace); always returns the event to append, with
     how many times the judge ran (once: arenad does not retry it) and its wall time (the
-    reference's judgeAttempts / judgeWallS, which the ledger reads)."""
+    reference's judgeAttempts / judgeWallS, which the ledger reads).
+
+    ``kind = "swebench"`` grades ``patch_path`` (the cell's extracted patch; None: none)
+    against ``instance`` in a container of its image instead (:mod:`arenad.verdict.swebench`).
+    """
     t0 = time.monotonic()
-    event = await _judge_once(spec, attempt, workspace, run_dir, env, sandbox)
+    if spec.kind == "swebench":
+        event = await _swebench_once(spec, attempt, run_dir, instance, patch_path, arm)
+    else:
+        event = await _judge_once(spec, attempt, workspace, run_dir, env, sandbox)
     # A duration, measured once and recorded: the projection never reads a clock.
     wall_s = round(time.monotonic() - t0, 3)
     return msgspec.structs.replace(event, attempts=1, wall_s=wall_s)
+
+
+async def _swebench_once(
+    spec: JudgeSpec,
+    attempt: int,
+    run_dir: str | os.PathLike[str],
+    instance: InstanceSpec | None,
+    patch_path: str | None,
+    arm: str,
+) -> JudgeVerdictRecorded:
+    if instance is None:
+        return no_verdict(spec, attempt, "the swebench judge was not given the instance")
+    outcome = await run_swebench_judge(
+        spec, instance=instance, patch_path=patch_path, run_dir=run_dir, arm=arm
+    )
+    excerpt = await asyncio.to_thread(test_log_excerpt, outcome.log_path)
+    if outcome.doc is None:
+        event = no_verdict(spec, attempt, outcome.error or "no verdict")
+    else:
+        text = json.dumps(outcome.doc, ensure_ascii=False, indent=1)
+        out = Path(run_dir) / "judge.json"
+        await asyncio.to_thread(out.write_text, text + "\n", encoding="utf-8")
+        event = parse_verdict(text, attempt=attempt, default_judge=spec.name, source="command")
+    return msgspec.structs.replace(event, test_log=excerpt)
 
 
 async def _judge_once(
