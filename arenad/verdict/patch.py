@@ -40,6 +40,7 @@ from arenad.materialize.seal import (
     tree_args,
     tree_evidence,
 )
+from arenad.runs.executor import NodeFile
 from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
 from arenad.verdict.patch_files import patch_files
 from events.cell import PatchFile, TextExcerpt
@@ -62,8 +63,7 @@ DIFF_FLAGS: tuple[str, ...] = (
 )
 
 
-class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
-    path: str
+class PatchResult(NodeFile, frozen=True, kw_only=True):
     lines: int
     sha256: str
     bytes: int
