@@ -174,8 +174,16 @@ def test_no_import_cycles() -> None:
 
 # What each package sits on. A lower layer never imports a higher one.
 LOWER_MUST_NOT_IMPORT: dict[str, tuple[str, ...]] = {
-    # Process groups, the wrapper and the executors know runs, not cells or arms.
-    "arenad.runs": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    # Process groups, the wrapper and the executors know runs, not cells or arms, nor the
+    # workspaces and verdicts built on them (a step's result crosses as the seam's NodeFile).
+    "arenad.runs": (
+        "arenad.daemon",
+        "arenad.arms",
+        "arenad.ledger",
+        "arenad.cell",
+        "arenad.verdict",
+        "arenad.materialize",
+    ),
     "arenad.verdict": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
     "arenad.sandbox": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.runs"),
     "arenad.materialize": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),

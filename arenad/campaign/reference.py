@@ -407,6 +407,9 @@ model = "zai-coding-plan/glm-5.2"
 ```
 
 It makes one cell per (instance row, arm, rep), named `<campaign>:<instance_id>:<arm>:<rep>`.
+Each cell's `cell.submitted` event records its resolved spec (`events/specs.py`: defaults
+applied, paths absolute, the verify command rendered, the image named), so a cell runs again
+the same way whatever happens to the file afterwards.
 """
 
 CREDENTIALS = """\
