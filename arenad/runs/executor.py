@@ -69,6 +69,18 @@ def check_executor(spec: CellSpec | None, cell_id: str, running: str) -> None:
         raise ExecutorMismatch(cell_id, spec.executor.kind, running)
 
 
+class NodeFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A step's result that names a file the step wrote at its site.
+
+    An executor whose site is another machine copies the file to the same path here, so
+    the runner reads it as if the step had run locally. A step result type subclasses it
+    (the patch, :class:`arenad.verdict.patch.PatchResult`): the seam names the shape, not
+    the higher layer's type.
+    """
+
+    path: str
+
+
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One agent run to start: what runs, where, for how long, and where its output goes."""
 

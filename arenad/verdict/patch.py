@@ -40,6 +40,7 @@ from arenad.materialize.seal import (
     tree_args,
     tree_evidence,
 )
+from arenad.runs.executor import NodeFile
 from arenad.verdict.excerpt import PATCH_KEEP_BYTES, head_excerpt
 from arenad.verdict.grade import BYPRODUCTS, tamper_pathspec
 from arenad.verdict.patch_files import FILES_KEPT, NAME_CHARS, patch_files
@@ -63,8 +64,7 @@ DIFF_FLAGS: tuple[str, ...] = (
 )
 
 
-class PatchResult(msgspec.Struct, frozen=True, kw_only=True):
-    path: str
+class PatchResult(NodeFile, frozen=True, kw_only=True):
     lines: int
     sha256: str
     bytes: int

@@ -57,11 +57,10 @@ from arenad.clock import system_clock
 from arenad.ingest.offsets import FileKey, IngestPosition, Positions
 from arenad.ingest.watcher import RunDirWatcher, WatchSource
 from arenad.runs.detached import DetachedRun, Lifeline, RunEnd, spawn_detached
-from arenad.runs.executor import RunRecord, RunRequest, Tools
+from arenad.runs.executor import NodeFile, RunRecord, RunRequest, Tools
 from arenad.runs.files import capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from arenad.runs.ray.batches import Batch, make_batch
-from arenad.verdict.patch import PatchResult
 from events.base import Event
 
 # The exit code of an actor whose raylet went away (its node was declared dead).
@@ -309,7 +308,7 @@ class CellActor:
             else:
                 value = await step(self.tools, *args, **kwargs)
             text = None
-            if isinstance(value, PatchResult):
+            if isinstance(value, NodeFile):
                 text = await asyncio.to_thread(Path(value.path).read_bytes)
             return value, text
 

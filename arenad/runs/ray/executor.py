@@ -56,6 +56,7 @@ from arenad.runs.detached import RunEnd
 from arenad.runs.executor import (
     AttemptLive,
     Executor,
+    NodeFile,
     Observation,
     Run,
     RunRecord,
@@ -67,7 +68,6 @@ from arenad.runs.executor import (
 from arenad.runs.files import RunFiles
 from arenad.runs.ray.actor import ActorConfig, CellActor, PullReply, RemoteError
 from arenad.runs.ray.batches import Batch, BatchGate, batch_events
-from arenad.verdict.patch import PatchResult
 from events.cell import RunStarted
 from events.specs import CellSpec
 
@@ -357,7 +357,7 @@ class RaySite(Site):
     ) -> Any:
         await self._handle(create=True)
         value, text = await self.rpc("call", step, tuple(args), dict(kwargs), blocking)
-        if isinstance(value, PatchResult) and text is not None:
+        if isinstance(value, NodeFile) and text is not None:
             await asyncio.to_thread(_keep_copy, Path(value.path), text)
         return value
 
