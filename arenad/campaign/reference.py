@@ -97,11 +97,36 @@ KEYS: dict[str, str] = {
     "sandbox; `none`: the explicit opt-out.",
     "SandboxFile.read_only": "Paths shown read-only inside besides the system (an agent CLI "
     "installed somewhere unusual, a dataset).",
+    "SandboxFile.memory": 'Memory each agent run, verify and judge may use (`"4GiB"`, bytes, '
+    'or `"unlimited"`); past it the run\'s whole cgroup is killed and the outcome says '
+    "`out of memory` (see docs/sandbox.md).",
+    "SandboxFile.pids": 'Processes and threads each run may have at once (or `"unlimited"`); '
+    "a fork flood ends only its own cell, as `pids limit`.",
+    "SandboxFile.cpus": 'CPUs each run may use (a CFS quota; fractions allowed, or `"unlimited"`).',
+    "SandboxFile.disk": "Bytes the cell's workspace may hold; past it the agent run is aborted "
+    "with `disk limit`.",
+    "SandboxFile.network": "`model`: the agent reaches its model endpoints and nothing else "
+    "(its own network namespace); `none`: nothing; `host`: the machine's network. Unset: "
+    "`model` for an arm that uses a model, else `none` (see docs/network.md).",
     # -- [judge]
     "JudgeFile.command": "A shell command run in the workspace after verify; it prints a "
     "verdict JSON.",
     "JudgeFile.name": "The judge's name, recorded with its verdict.",
     "JudgeFile.timeout_s": "Seconds the judge may run.",
+    "JudgeFile.kind": "`command`: `command` on the grading checkout; `swebench`: the official "
+    "SWE-bench grade in a fresh container of the instance image (see docs/swebench.md).",
+    "JudgeFile.test_cmd": "kind = `swebench`: the test command, where swebench has no spec for "
+    "the repository.",
+    "JudgeFile.log_parser": "kind = `swebench`: the name of swebench's log parser for "
+    "`test_cmd`'s output (e.g. `pytest`).",
+    "JudgeFile.memory_mb": "kind = `swebench`: the judge container's memory, MiB.",
+    "JudgeFile.pids": "kind = `swebench`: the judge container's process limit.",
+    "JudgeFile.cpus": "kind = `swebench`: the judge container's CPUs (unset: no limit).",
+    # -- [verify]
+    "CampaignFile.verify": "Where verify and judge run; see [`[verify]`](#verify).",
+    "VerifyFile.verify_in": "`checkout`: a fresh checkout of the base commit with the stored "
+    "patch applied (the agent's workspace is never graded); `workspace`: the agent's own "
+    "workspace, recorded as self-reported (see docs/grading.md).",
     # -- [executor]
     "ExecutorFile.kind": "`local`: the daemon's machine; `ray`: a node of the daemon's Ray "
     "cluster (the daemon must run that executor).",
@@ -178,7 +203,8 @@ TABLES: dict[str, str] = {
     "SecretsFile": "Optional. How a model-touching child (a solo or supervisor agent, a "
     "command arm with `uses_model`) gets its keys; see [Credentials](#credentials).",
     "SandboxFile": "Optional. What every agent run, verify command and judge sees.",
-    "JudgeFile": "Optional. A judge command, run after verify.",
+    "JudgeFile": "Optional. A judge, run after verify.",
+    "VerifyFile": "Optional. Where the grade is made.",
     "ExecutorFile": "Optional. Where the cells run; a cell that asks for another executor "
     "than the daemon's fails at once.",
     "CandidateFile": "Optional. Which improvement-loop candidate the campaign evaluates (the "
