@@ -714,7 +714,10 @@ class CellRunner:
             await self._fail(state, "verify", str(exc), retryable=True)
             return
         verdict = graded.verify if graded is not None else None
+        # An aborted verify's rc is the abort's; a patch that did not apply ran none.
+        verify_rc = verdict.rc if verdict is not None else None
         if graded is None:
+            verify_rc = groups.ABORT_CODE
             outcome = Outcome(
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
             )
@@ -727,13 +730,7 @@ class CellRunner:
                 patch_path=str(patch_path) if patch is not None else None,
                 patch_lines=patch.lines if patch is not None else None,
                 patch_sha256=patch.sha256 if patch is not None else None,
-                verify_rc=(
-                    verdict.rc
-                    if verdict is not None
-                    else None
-                    if graded is not None
-                    else groups.ABORT_CODE
-                ),
+                verify_rc=verify_rc,
                 verify_pass=verdict.passed if verdict is not None else False,
                 verify_log=str(verify_log),
                 verify_limit=verdict.limit if verdict is not None else None,

@@ -370,6 +370,11 @@ def _assert_ledger_lines(
         "not_scored_reason": None,
         "rc": 0,
         "attempt": 1,
+        # Graded on a fresh checkout of base + the patch; nothing tampered with.
+        "verify_in": "checkout",
+        "self_reported": False,
+        "patch_applied": True,
+        "tampered_paths": [],
     }
     assert (outcome["is_completed"], outcome["is_truncated"], outcome["error"]) == (
         True,

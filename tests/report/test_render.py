@@ -7,6 +7,7 @@ import io
 import json
 from html.parser import HTMLParser
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
@@ -164,3 +165,20 @@ def test_utc_agrees_with_datetime(ms: int) -> None:
     stamp = dt.datetime.fromtimestamp(ms // 1000, tz=dt.UTC)
     assert utc(ms) == stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
     assert utc(0) == "1970-01-01 00:00:00 UTC"
+
+
+def test_a_rate_over_self_reported_verdicts_is_labeled_so() -> None:
+    cells = [
+        msgspec.structs.replace(_facts("ws", "i1", 0, "resolved", 0.5), self_reported=True),
+        msgspec.structs.replace(_facts("ws", "i2", 0, "unresolved", 0.5), tampered=True),
+        _facts("co", "i1", 0, "resolved", 0.5),
+    ]
+    report = build_report(cells, ["c"])
+    by_arm = {a.arm: a for a in report.arms}
+    assert (by_arm["ws"].self_reported, by_arm["ws"].tampered) == (1, 1)
+    assert (by_arm["co"].self_reported, by_arm["co"].tampered) == (0, 0)
+    out = io.StringIO()
+    Console(file=out, width=250, color_system=None).print(terminal(report))
+    text = out.getvalue()
+    assert "50.0% (self-reported: 1 of 2)" in text and text.count("self-reported") == 1
+    assert "self-reported: 1 of 2" in html_page(report).decode()
