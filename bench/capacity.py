@@ -1,6 +1,7 @@
 """Benchmark: N long-running cells at once on one machine, against a baseline.
 
     .venv/bin/python -m bench.capacity [--cells 100 250 500] [--duration 60] [--quick]
+                                       [--confinement]
 
 Each cell is a command arm whose agent prints one JSON line every ``--interval`` seconds
 (0.5) for ``--duration`` seconds, each line carrying its own write time (``t``, ns); the
@@ -28,7 +29,11 @@ Both run one after the other in the same invocation; each is sampled from outsid
 - ``lag p50/p95``: a line's write (its ``t``) to its event's commit (``recorded_at_ms``;
   baseline: the moment it read the line), over the lines written while all N run;
 
-then the ratios arenad/baseline. After each arenad run, outside the timing, the log is
+then the ratios arenad/baseline. With ``--confinement`` the two contenders are arenad with
+the per-cell limits on (the defaults: a cgroup per run, the wrapper's counter and disk
+checks) and off (every limit "unlimited"), and the ratios are limits-on/limits-off.
+
+After each arenad run, outside the timing, the log is
 checked: every cell recovered, one daemon start (no restart), and every line of every
 agent in the log exactly once.
 """
@@ -214,7 +219,13 @@ def read_writes(path: Path) -> list[int]:
 # -- arenad --------------------------------------------------------------------------
 
 
-def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str]) -> None:
+# --confinement off: every per-cell limit lifted (arenad.campaign.limits), so no cgroup.
+UNLIMITED = [f'{key} = "unlimited"' for key in ("memory", "pids", "cpus", "disk")]
+
+
+def write_campaign(
+    path: Path, repo: Path, base: str, cells: int, argv: list[str], limits: bool = True
+) -> None:
     lines = [
         'name = "capacity"',
         'split = "dev"',
@@ -226,6 +237,7 @@ def write_campaign(path: Path, repo: Path, base: str, cells: int, argv: list[str
         # (with its base interpreter), as a campaign shares an agent CLI installed elsewhere.
         "[sandbox]",
         f"read_only = {json.dumps([sys.prefix])}",
+        *([] if limits else UNLIMITED),
     ]
     for i in range(cells):
         lines += [
@@ -293,13 +305,15 @@ async def arenad_run(
     interval: float,
     idle_rss: int,
     max_queued_events: int | None = None,
+    limits: bool = True,
+    name: str = "arenad",
 ) -> Run:
     repo = root / "repo"
     base = make_repo(repo)
     home = Home(root / "home")
     await init_home(home)
     campaign = root / "capacity.toml"
-    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval))
+    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval), limits)
     await submit_campaign(home, campaign)
     load0 = os.getloadavg()[0]
     with open(root / "daemon.log", "wb") as log, inotify_queue(max_queued_events):
@@ -353,7 +367,7 @@ async def arenad_run(
         notes.append("FAILED: not every cell recovered in one daemon run")
     if not report.ok:
         notes.append(f"FAILED: verify-log: {report.problem}")
-    return Run("arenad", cells, started, idle_rss, samples, writes, seen, (load0, load1), notes)
+    return Run(name, cells, started, idle_rss, samples, writes, seen, (load0, load1), notes)
 
 
 # -- baseline ------------------------------------------------------------------------
@@ -483,7 +497,7 @@ def print_ratios(a: Figures, b: Figures) -> None:
         return f"{x / y:.2f}" if y > 0 else "inf"
 
     print(
-        f"  ratio arenad/baseline: all running {ratio(a.all_running_s, b.all_running_s)},"
+        f"  ratio {a.name}/{b.name}: all running {ratio(a.all_running_s, b.all_running_s)},"
         f" RSS/cell {ratio(a.rss_per_cell_kib, b.rss_per_cell_kib)},"
         f" CPU/1k lines {ratio(a.cpu_per_1k_lines_ms, b.cpu_per_1k_lines_ms)},"
         f" lag p50 {ratio(a.lag_p50_ms, b.lag_p50_ms)}, lag p95 {ratio(a.lag_p95_ms, b.lag_p95_ms)}"
@@ -496,6 +510,7 @@ async def bench(
     interval: float,
     only_arenad: bool = False,
     max_queued_events: int | None = None,
+    confinement: bool = False,
 ) -> None:
     lines = max(2, round(duration / interval))
     root = Path(tempfile.mkdtemp(prefix="arenad-capacity-"))
@@ -508,6 +523,18 @@ async def bench(
         for cells in cells_list:
             print(f"N = {cells}")
             runs = []
+            if confinement:
+                # The limits' cost per cell: the same daemon and cells, limits on vs off.
+                for limits, name in ((True, "limits-on"), (False, "limits-off")):
+                    where = root / f"{name}-{cells}"
+                    runs.append(
+                        await arenad_run(
+                            where, cells, lines, interval, idle, max_queued_events, limits, name
+                        )
+                    )
+                    shutil.rmtree(where, ignore_errors=True)
+                print_figures(runs)
+                continue
             if not only_arenad:
                 runs.append(await baseline_run(root / f"baseline-{cells}", cells, lines, interval))
             arenad = await arenad_run(
@@ -535,6 +562,11 @@ def main() -> None:
         type=int,
         help="lower fs.inotify.max_queued_events for the daemon (root): the kernel overflows",
     )
+    parser.add_argument(
+        "--confinement",
+        action="store_true",
+        help="arenad with the per-cell limits on vs off (cgroups: their cost per cell)",
+    )
     parser.add_argument("--baseline-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -544,7 +576,14 @@ def main() -> None:
     if args.quick:
         args.cells, args.duration = [5], 4.0
     asyncio.run(
-        bench(args.cells, args.duration, args.interval, args.only_arenad, args.max_queued_events)
+        bench(
+            args.cells,
+            args.duration,
+            args.interval,
+            args.only_arenad,
+            args.max_queued_events,
+            args.confinement,
+        )
     )
 
 
