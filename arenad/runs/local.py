@@ -96,7 +96,11 @@ class LocalRun(Run):
         self.run.release()
 
     async def cancel_unreleased(self) -> None:
-        await self.run.cancel_unreleased()
+        try:
+            await self.run.cancel_unreleased()
+        finally:
+            if self.group is not None:
+                await asyncio.to_thread(cgroups.remove, self.group)
 
     def abort(self, reason: str) -> None:
         self.run.abort(reason)
