@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.capacity [--cells 100 250 500] [--duration 60] [--quick]
                                        [--network host model] [--only-arenad]
+                                       [--confinement]
 
 Each cell is a command arm whose agent prints one JSON line every ``--interval`` seconds
 (0.5) for ``--duration`` seconds, each line carrying its own write time (``t``, ns); the
@@ -38,6 +39,11 @@ then the ratios arenad/baseline. ``--network`` runs arenad once per ``[sandbox] 
 given (default: the campaign's own default, ``none`` for this model-less arm), and prints
 each against the first: the per-cell cost of a run's own network namespace and forwarder
 (``model`` lets in one endpoint, a port nothing listens on: the agents never dial it).
+
+then the ratios arenad/baseline. With ``--confinement`` the two contenders are arenad with
+the per-cell limits on (the defaults: a cgroup per run, the wrapper's counter and disk
+checks) and off (every limit "unlimited"), and the ratios are limits-on/limits-off.
+
 After each arenad run, outside the timing, the log is
 checked: every cell recovered, one daemon start (no restart), and every line of every
 agent in the log exactly once.
@@ -272,8 +278,18 @@ def read_writes(path: Path) -> list[int]:
 # -- arenad --------------------------------------------------------------------------
 
 
+# --confinement off: every per-cell limit lifted (arenad.campaign.limits), so no cgroup.
+UNLIMITED = [f'{key} = "unlimited"' for key in ("memory", "pids", "cpus", "disk")]
+
+
 def write_campaign(
-    path: Path, repo: Path, base: str, cells: int, argv: list[str], network: str | None = None
+    path: Path,
+    repo: Path,
+    base: str,
+    cells: int,
+    argv: list[str],
+    network: str | None = None,
+    limits: bool = True,
 ) -> None:
     lines = [
         'name = "capacity"',
@@ -286,6 +302,7 @@ def write_campaign(
         # (with its base interpreter), as a campaign shares an agent CLI installed elsewhere.
         "[sandbox]",
         f"read_only = {json.dumps([sys.prefix])}",
+        *([] if limits else UNLIMITED),
     ]
     if network is not None:
         lines.append(f'network = "{network}"')
@@ -360,13 +377,15 @@ async def arenad_run(
     idle_rss: int,
     max_queued_events: int | None = None,
     network: str | None = None,
+    limits: bool = True,
+    name: str | None = None,
 ) -> Run:
     repo = root / "repo"
     base = make_repo(repo)
     home = Home(root / "home")
     await init_home(home)
     campaign = root / "capacity.toml"
-    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval), network)
+    write_campaign(campaign, repo, base, cells, agent_argv(lines, interval), network, limits)
     await submit_campaign(home, campaign)
     load0 = os.getloadavg()[0]
     with open(root / "daemon.log", "wb") as log, inotify_queue(max_queued_events):
@@ -420,7 +439,8 @@ async def arenad_run(
         notes.append("FAILED: not every cell recovered in one daemon run")
     if not report.ok:
         notes.append(f"FAILED: verify-log: {report.problem}")
-    name = "arenad" if network is None else f"arenad:{network}"
+    if name is None:
+        name = "arenad" if network is None else f"arenad:{network}"
     return Run(name, cells, started, idle_rss, samples, writes, seen, (load0, load1), notes)
 
 
@@ -575,6 +595,7 @@ async def bench(
     only_arenad: bool = False,
     max_queued_events: int | None = None,
     networks: Sequence[str | None] = (None,),
+    confinement: bool = False,
 ) -> None:
     lines = max(2, round(duration / interval))
     root = Path(tempfile.mkdtemp(prefix="arenad-capacity-"))
@@ -587,6 +608,26 @@ async def bench(
         for cells in cells_list:
             print(f"N = {cells}")
             runs = []
+            if confinement:
+                # The limits' cost per cell: the same daemon and cells, limits on vs off.
+                for limits, name in ((True, "limits-on"), (False, "limits-off")):
+                    where = root / f"{name}-{cells}"
+                    runs.append(
+                        await arenad_run(
+                            where,
+                            cells,
+                            lines,
+                            interval,
+                            idle,
+                            max_queued_events,
+                            None,
+                            limits,
+                            name,
+                        )
+                    )
+                    shutil.rmtree(where, ignore_errors=True)
+                print_figures(runs)
+                continue
             if not only_arenad:
                 runs.append(await baseline_run(root / f"baseline-{cells}", cells, lines, interval))
             ours = []
@@ -624,6 +665,11 @@ def main() -> None:
         choices=["host", "none", "model"],
         help="run arenad once per [sandbox] network; each is compared with the first",
     )
+    parser.add_argument(
+        "--confinement",
+        action="store_true",
+        help="arenad with the per-cell limits on vs off (cgroups: their cost per cell)",
+    )
     parser.add_argument("--baseline-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -640,6 +686,7 @@ def main() -> None:
             args.only_arenad,
             args.max_queued_events,
             args.network or (None,),
+            args.confinement,
         )
     )
 

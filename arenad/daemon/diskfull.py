@@ -32,7 +32,7 @@ from events.cell import RunStarted
 from events.control import RunDirSize
 
 RESERVE_NAME = "arenad.reserve"
-RESERVE_BYTES = 64 << 20
+RESERVE_BYTES = 16 << 20  # a few thousand events of room: a full disk needs a handful
 # How many run dirs the event names.
 LARGEST_SHOWN = 5
 # How often a missing reserve is made again (once the disk has room for it).

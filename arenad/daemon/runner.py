@@ -58,7 +58,7 @@ from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
 from arenad.runs import cgroups, groups
 from arenad.runs.detached import RunEnd
-from arenad.runs.executor import Executor, Observation, Run, RunRequest, Site
+from arenad.runs.executor import Executor, Observation, Run, RunRecord, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.sandbox.confine import SandboxError
@@ -400,7 +400,7 @@ class CellRunner:
             node=record.node,
             sandbox=launch.sandbox,
             cgroup=record.cgroup,
-            unlimited_reason=record.unlimited_reason,
+            unlimited_reason=_unlimited_reason(request, record),
         )
         try:
             state = await self._append([*before_start, started])
@@ -937,6 +937,13 @@ def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | N
     if verdict is not None and verdict.log_excerpt is not None:
         out.append(ev.VerifyLogCaptured(attempt=attempt, log=verdict.log_excerpt))
     return out
+
+
+def _unlimited_reason(request: RunRequest, record: RunRecord) -> str | None:
+    """Why a run that asked for limits has none (never silently unlimited)."""
+    if request.limits is None or record.cgroup is not None:
+        return None
+    return record.unlimited_reason or f"the {record.executor} executor applies no limits"
 
 
 def _output_capped(

@@ -334,14 +334,14 @@ def reap(hierarchy: Hierarchy, parent: str) -> list[str]:
     return removed
 
 
-def lower_own_oom_score(value: int = DAEMON_OOM_SCORE_ADJ) -> bool:
+def lower_own_oom_score(value: int = DAEMON_OOM_SCORE_ADJ) -> str | None:
     """Make this process (the daemon) the kernel's last choice under memory pressure.
-    False if it may not (not root, or no procfs)."""
+    None once done; else why it may not (lowering needs CAP_SYS_RESOURCE)."""
     try:
         _write("/proc/self/oom_score_adj", str(value))
-    except OSError:
-        return False
-    return True
+    except OSError as exc:
+        return f"{exc.strerror or exc} (lowering needs CAP_SYS_RESOURCE)"
+    return None
 
 
 def limits_of(sandbox: SandboxSpec) -> Limits | None:

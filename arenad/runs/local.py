@@ -96,7 +96,11 @@ class LocalRun(Run):
         self.run.release()
 
     async def cancel_unreleased(self) -> None:
-        await self.run.cancel_unreleased()
+        try:
+            await self.run.cancel_unreleased()
+        finally:
+            if self.group is not None:
+                await asyncio.to_thread(cgroups.remove, self.group)
 
     def abort(self, reason: str) -> None:
         self.run.abort(reason)
@@ -285,8 +289,10 @@ class LocalExecutor(Executor):
             reaped = await asyncio.to_thread(cgroups.reap, self.hierarchy, self.cgroup_parent)
             if reaped:
                 log.info("removed %d cgroups left by an earlier daemon", len(reaped))
-        if not cgroups.lower_own_oom_score():
-            log.info("cannot lower the daemon's oom_score_adj (not root?)")
+        refused = cgroups.lower_own_oom_score()
+        if refused is not None:
+            # The agents still raise theirs (any process may): they are picked first.
+            log.info("the daemon's oom_score_adj stays as it is: %s", refused)
         if self._inotify and self.observer is None:
             try:
                 self.observer = Inotify(report=self.tools.report)

@@ -70,16 +70,20 @@ Limits (all off unless given; ``arenad/runs/cgroups.py`` makes the group and the
 daemon's argv joins it before exec):
 
 - ``--cgroups DIR:DIR...``: the run's cgroup directories (one per v1 controller, one on
-  v2). Every ``LIMIT_CHECK_S`` the wrapper reads the kernel's counters there: an OOM kill
+  v2). Every ``LIMIT_CHECK_S`` (0.5 s) the wrapper reads the kernel's counters there: an OOM kill
   (``memory.oom_control`` / ``memory.events`` ``oom_kill``) or a refused fork
   (``pids.events`` ``max``) ends the whole group (v1 has no ``memory.oom.group``: the
   wrapper SIGKILLs every pid in ``cgroup.procs`` until none is left), and the exit record
   says ``limit``: "memory" or "pids".
 - ``--disk-dir DIR --disk-max BYTES``: DIR's disk use (allocated blocks, no symlink
-  followed, hard links once, at most ``DISK_WALK_ENTRIES`` entries a walk) is measured
-  every ``DISK_CHECK_S`` or more (ten times a walk's own duration, so a huge tree costs
-  at most a tenth of a core); past BYTES the run is ended the same way with ``limit``
-  "disk".
+  followed, hard links once, at most ``DISK_WALK_ENTRIES`` entries a walk) is measured by
+  a walk, and past BYTES the run is ended the same way with ``limit`` "disk". A walk costs
+  (tens of ms for a large repository, for each of hundreds of runs), so between walks one
+  ``statvfs`` a check bounds DIR's growth: DIR cannot have grown more than the whole
+  filesystem's use since the last walk (unless something else freed space meanwhile:
+  hence a walk at least every ``DISK_RECHECK_S`` all the same). DIR is walked again once
+  that bound could pass BYTES, at most every ``DISK_CHECK_S`` and never more often than
+  ten times a walk's own duration.
 
 Imports are builtins only on the common path (``_signal``, not ``signal``, whose enums
 cost more than the rest of the start-up); the wrapper runs once per agent run.
@@ -104,8 +108,9 @@ LEFTOVER_DRAIN_S = 1.0
 EXIT_RETRY_S = 1.0
 # How often the run's cgroup counters are read, and the workspace's disk use measured at
 # most (see the module docstring, "Limits").
-LIMIT_CHECK_S = 0.25
-DISK_CHECK_S = 2.0
+LIMIT_CHECK_S = 0.5
+DISK_CHECK_S = 1.0
+DISK_RECHECK_S = 60.0
 DISK_WALK_ENTRIES = 200_000
 _terminate = False
 
@@ -345,6 +350,15 @@ def _counter(path: str, key: str) -> int:
     return 0
 
 
+def _fs_used(path: str) -> int:
+    """Bytes in use on the filesystem holding ``path`` (0: unknown)."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return 0
+    return (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
+
+
 def disk_use(root: str, max_entries: int = DISK_WALK_ENTRIES) -> int:
     """Bytes allocated under ``root`` (a lower bound once ``max_entries`` are seen)."""
     total = 0
@@ -378,10 +392,24 @@ class _Limits:
 
     def __init__(self, opts: dict[str, str]) -> None:
         self.dirs = [d for d in opts.get("cgroups", "").split(":") if d]
+        # The counter files this group has (found once: a check then reads only these).
+        self.counters = [
+            (path, key, limit)
+            for d in self.dirs
+            for path, key, limit in (
+                (d + "/memory.oom_control", "oom_kill", "memory"),
+                (d + "/memory.events", "oom_kill", "memory"),
+                (d + "/pids.events", "max", "pids"),
+            )
+            if os.path.exists(path)
+        ]
         self.disk_dir = opts.get("disk-dir")
         self.disk_max = int(opts.get("disk-max", "0"))
         self.next_check = time.monotonic()
-        self.next_disk = self.next_check
+        self.next_disk = self.next_check  # the next walk, at the latest
+        self.soonest_disk = self.next_check  # the next walk, at the earliest
+        self.disk_used = 0  # what the last walk found
+        self.fs_used_at_walk = 0  # the filesystem's use when it began
         self.hit: str | None = None
 
     @property
@@ -396,25 +424,26 @@ class _Limits:
         if self.hit is not None or now < self.next_check:
             return None
         self.next_check = now + LIMIT_CHECK_S
-        for d in self.dirs:
-            if _counter(d + "/memory.oom_control", "oom_kill") or _counter(
-                d + "/memory.events", "oom_kill"
-            ):
-                self.hit = "memory"
-            elif _counter(d + "/pids.events", "max"):
-                self.hit = self.hit or "pids"
-        if (
-            self.hit is None
-            and self.disk_dir is not None
-            and self.disk_max > 0
-            and now >= self.next_disk
-        ):
-            used = disk_use(self.disk_dir, DISK_WALK_ENTRIES)
-            took = time.monotonic() - now
-            self.next_disk = now + max(DISK_CHECK_S, 10 * took)
-            if used > self.disk_max:
-                self.hit = "disk"
+        for path, key, limit in self.counters:
+            # Memory first (an OOM kill ends a run; a refused fork may only slow it).
+            if _counter(path, key) and self.hit != "memory":
+                self.hit = limit
+        if self.hit is None and self.disk_dir is not None and self.disk_max > 0:
+            self._check_disk(self.disk_dir, now)
         return self.hit
+
+    def _check_disk(self, root: str, now: float) -> None:
+        fs_used = _fs_used(root)
+        bound = self.disk_used + max(0, fs_used - self.fs_used_at_walk)
+        if now < self.soonest_disk or (now < self.next_disk and bound <= self.disk_max):
+            return
+        self.disk_used = disk_use(root, DISK_WALK_ENTRIES)
+        self.fs_used_at_walk = fs_used
+        took = time.monotonic() - now
+        self.soonest_disk = now + max(DISK_CHECK_S, 10 * took)
+        self.next_disk = now + max(DISK_RECHECK_S, 10 * took)
+        if self.disk_used > self.disk_max:
+            self.hit = "disk"
 
     def kill(self, agent: int) -> None:
         """End everything of the run: the agent, and every process of its group (a v1
@@ -703,7 +732,7 @@ def main(argv: list[str]) -> int:
     if limits.active and limits.hit is None:
         # A limit met as the run ended (v2's oom.group killed it before our next look).
         limits.next_check = 0.0
-        limits.next_disk = float("inf")
+        limits.soonest_disk = limits.next_disk = float("inf")
         limits.check(time.monotonic())
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None

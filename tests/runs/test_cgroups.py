@@ -99,8 +99,14 @@ for _ in range(40):
 def test_v1_for_real_joins_before_exec_counts_and_is_removed(tmp_path: Path) -> None:
     assert V1 is not None
     parent = cgroups.parent_name(tmp_path)
-    group = cgroups.create(V1, parent, "t.1.run", Limits(memory_bytes=64 << 20, pids=16))
+    limits = Limits(memory_bytes=64 << 20, pids=16, cpus=0.5)
+    group = cgroups.create(V1, parent, "t.1.run", limits)
     try:
+        memory, pids, cpu = (Path(d) for d in group.dirs)
+        assert (memory / "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+        assert (pids / "pids.max").read_text().strip() == "16"
+        assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        assert (cpu / "cpu.cfs_period_us").read_text().strip() == "100000"
         seen = subprocess.run(
             cgroups.join_argv(
                 group,

@@ -197,3 +197,39 @@ async def test_the_wrapper_enforces_the_deadline_when_its_supervisor_cannot(
     assert record is not None and record.ended_by == "deadline" and record.term_signal == 9
     end = await run.wait(_clock)
     assert end.how == "timed_out" and end.code == groups.TIMEOUT_CODE
+
+
+def test_disk_use_counts_allocated_blocks_once_and_follows_no_link(tmp_path: Path) -> None:
+    from arenad.runs.wrapper import disk_use
+
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "data").write_bytes(os.urandom(1 << 20))
+    os.link(root / "sub" / "data", root / "again")  # a hard link: its blocks once
+    (root / "outside").symlink_to(tmp_path)  # never followed
+    (tmp_path / "big").write_bytes(os.urandom(4 << 20))
+    with open(root / "sparse", "wb") as f:  # 1 GiB long, nothing allocated
+        f.truncate(1 << 30)
+    used = disk_use(str(root))
+    assert (1 << 20) <= used < (2 << 20)
+    # A bounded walk is a lower bound.
+    assert disk_use(str(root), max_entries=1) <= used
+
+
+def test_the_disk_check_walks_when_the_filesystem_grew_past_the_headroom(
+    tmp_path: Path,
+) -> None:
+    from arenad.runs import wrapper
+    from tests.fullfs import small_fs
+
+    # A filesystem of its own: nothing else frees space there meanwhile.
+    with small_fs(tmp_path / "fs", size="64m") as fs:
+        root = fs / "ws"
+        root.mkdir()
+        limits = wrapper._Limits({"disk-dir": str(root), "disk-max": str(8 << 20)})
+        now = time.monotonic()
+        assert limits.check(now) is None  # the first check walks
+        walked = limits.soonest_disk
+        (root / "fill").write_bytes(os.urandom(16 << 20))
+        # Past the earliest next walk, long before the periodic one: the growth says walk.
+        assert limits.check(max(walked, now + wrapper.LIMIT_CHECK_S)) == "disk"
