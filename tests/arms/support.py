@@ -50,6 +50,9 @@ def supervisor_campaign(
         store_init = "init_opencode_store = false"
     else:
         store_init = f"opencode_bin = {json.dumps(str(opencode_bin))}"
+    # The stand-in driver alone talks to no model (and the daemon's env names none): the
+    # default for a supervisor arm, "model", would refuse to launch without an endpoint.
+    network = 'network = "none"' if opencode_bin is None else ""
     path.write_text(
         f"""name = "{name}"
 split = "dev"
@@ -73,6 +76,7 @@ env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000" }}
 {store_init}
 [sandbox]
 read_only = {json.dumps([*sandbox_shares(), *shares])}
+{network}
 """
     )
     return path
