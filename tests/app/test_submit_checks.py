@@ -4,10 +4,17 @@ wrapper, a sandboxed campaign without bubblewrap, a share that would show the ho
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
 
+import pytest
+
+from arenad import app
+from arenad.errors import UserError
+from arenad.home import Home
+from arenad.runs import netns
 from tests.conftest import make_repo
 from tests.daemon.support import cli, command_campaign
 
@@ -64,3 +71,17 @@ def test_a_share_inside_the_arenad_home_is_refused(tmp_path: Path) -> None:
     camp = _campaign(tmp_path, f'[sandbox]\nread_only = ["{home / "templates"}"]')
     err = _refused(home, camp)
     assert "[sandbox] read_only: " in err and "inside the arenad home" in err
+
+
+def test_a_campaign_needing_a_network_namespace_is_refused_where_none_can_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not root (here: the probe says so): refused at submit with the opt-out named; a
+    campaign on the host's network is accepted."""
+    monkeypatch.setattr(netns, "problem", lambda: "[sandbox] network needs ... (EPERM)")
+    home = Home(tmp_path / "home")
+    asyncio.run(app.init_home(home))
+    with pytest.raises(UserError, match=r"c\.toml: \[sandbox\] network needs .*nothing was"):
+        asyncio.run(app.submit_campaign(home, _campaign(tmp_path, "")))
+    host = _campaign(tmp_path, '[sandbox]\nnetwork = "host"', "host.toml")
+    asyncio.run(app.submit_campaign(home, host))

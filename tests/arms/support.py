@@ -41,6 +41,7 @@ def supervisor_campaign(
     driver_model: str = "scripted/d",
     opencode_bin: Path | None = None,
     shares: Sequence[str] = (),
+    network: str = "none",
 ) -> Path:
     """A one-cell campaign whose supervisor arm ``SUP`` runs the stand-in driver; the arm
     creates the cell's opencode store first with ``opencode_bin`` (None: no store init; its
@@ -50,6 +51,10 @@ def supervisor_campaign(
         store_init = "init_opencode_store = false"
     else:
         store_init = f"opencode_bin = {json.dumps(str(opencode_bin))}"
+    # The stand-in driver alone talks to no model (and the daemon's env names none): the
+    # default for a supervisor arm, "model", would refuse to launch without an endpoint.
+    # Real opencode workers against a scripted model pass "model".
+    network_line = f'network = "{network}"'
     path.write_text(
         f"""name = "{name}"
 split = "dev"
@@ -73,6 +78,7 @@ env_knobs = {{ DRIVER_CANCEL_TIMEOUT_MS = "1000" }}
 {store_init}
 [sandbox]
 read_only = {json.dumps([*sandbox_shares(), *shares])}
+{network_line}
 """
     )
     return path

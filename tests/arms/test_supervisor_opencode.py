@@ -113,6 +113,7 @@ def _submitted(tmp_path: Path, opencode_bin: Path, timeout_s: float) -> Path:
         worker_model="scripted/worker",
         driver_model="scripted/driver",
         opencode_bin=opencode_bin,
+        network="model",
     )
     submitted(home, camp)
     return home

@@ -146,6 +146,7 @@ def _supervisor(root: Path, opencode: Path, start_model: Callable[[str], Running
         driver_model="scripted/worker",
         # The workers' opencode (FAKE_SUP_OPENCODE below), shown to the cell's sandbox.
         shares=install_roots(str(opencode), "", "/"),
+        network="model",
     )
     home = root / "home"
     submitted(home, camp)

@@ -235,3 +235,17 @@ def test_the_probe_leaves_the_callers_namespace_alone() -> None:
     assert netns.probe() is None
     assert os.readlink("/proc/thread-self/ns/net") == before
     asyncio.run(asyncio.sleep(0))
+
+
+def test_a_machine_that_refuses_namespaces_is_named_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not root: submit and launch say so and how to opt out (never a silent fallback)."""
+    monkeypatch.setattr(netns, "probe", lambda: "unshare: Operation not permitted")
+    monkeypatch.setattr(netns, "_problem", [])
+    problem = netns.problem()
+    assert problem == (
+        "[sandbox] network needs a network namespace per run, which this machine refuses"
+        ' (unshare: Operation not permitted; arenad must run as root); set network = "host"'
+        " to opt out"
+    )
