@@ -181,6 +181,8 @@ def judge_script(grading: Grading, patch: str, test_cmd: str) -> str:
     created = sorted(set(_CREATED.findall(grading.test_patch)))
     lines = [
         "set -uo pipefail",
+        # One log, as the harness's: the tests' stderr interleaved with their stdout.
+        "exec 2>&1",
         f"cd {WORKDIR} || {{ echo '{RESET_FAILED}'; exit 1; }}",
         f"git reset -q --hard {base} && git clean -qfd || {{ echo '{RESET_FAILED}'; exit 1; }}",
         _heredoc("/tmp/arenad-model.patch", patch),
