@@ -39,8 +39,7 @@ then the ratios arenad/baseline. ``--network`` runs arenad once per ``[sandbox] 
 given (default: the campaign's own default, ``none`` for this model-less arm), and prints
 each against the first: the per-cell cost of a run's own network namespace and forwarder
 (``model`` lets in one endpoint, a port nothing listens on: the agents never dial it).
-
-then the ratios arenad/baseline. With ``--confinement`` the two contenders are arenad with
+With ``--confinement`` the two contenders are arenad with
 the per-cell limits on (the defaults: a cgroup per run, the wrapper's counter and disk
 checks) and off (every limit "unlimited"), and the ratios are limits-on/limits-off.
 

@@ -47,6 +47,12 @@ Every error names the file and the key or row it is about.
     cpus = 2                          # CPUs per run (a quota, not a pinning)
     disk = "10GiB"                    # the workspace; past it the run ends: "disk limit"
 
+    [judge]                           # optional: run after verify on a scored run
+    command = "python judge.py"       # kind = "command" (default): prints a verdict JSON
+    # or the official SWE-bench grade in the instance's image (arenad.verdict.swebench):
+    # kind = "swebench", test_cmd = "...", log_parser = "pytest",
+    # memory_mb = 4096, pids = 4096, cpus = 2.0; timeout_s and name for both kinds
+
     [executor]                        # optional: where the cells run
     kind = "ray"                      # local | ray (the daemon must run that executor)
     resources = { arenad_slot = 1 }   # ray: what each cell holds on its node

@@ -80,7 +80,14 @@ _TEST_EXIT = re.compile(rf"^{re.escape(TEST_EXIT_CODE)}: (-?\d+)$", re.M)
 _MODIFIED = re.compile(r"^--- a/(.*)$", re.M)
 _CREATED = re.compile(r"^--- /dev/null\n\+\+\+ b/(.*)$", re.M)
 WORKDIR = "/testbed"
-_RUN_SCRIPT = "cat >/tmp/arenad-judge.sh && exec bash /tmp/arenad-judge.sh </dev/null"
+# The script arrives on stdin and is saved before it runs. Inside, coreutils' timeout
+# bounds it too: a container whose client died with a killed daemon still ends (--rm).
+_RUN_SCRIPT = (
+    "cat >/tmp/arenad-judge.sh || exit 1; "
+    "if command -v timeout >/dev/null; then"
+    " exec timeout -k 5 {limit} bash /tmp/arenad-judge.sh </dev/null; fi; "
+    "exec bash /tmp/arenad-judge.sh </dev/null"
+)
 # Beyond this the test log is not graded (the tests' output is not the grader's memory).
 MAX_GRADED_LOG_BYTES = 256 * 1024 * 1024
 
@@ -181,6 +188,8 @@ def judge_script(grading: Grading, patch: str, test_cmd: str) -> str:
     created = sorted(set(_CREATED.findall(grading.test_patch)))
     lines = [
         "set -uo pipefail",
+        # One log, as the harness's: the tests' stderr interleaved with their stdout.
+        "exec 2>&1",
         f"cd {WORKDIR} || {{ echo '{RESET_FAILED}'; exit 1; }}",
         f"git reset -q --hard {base} && git clean -qfd || {{ echo '{RESET_FAILED}'; exit 1; }}",
         _heredoc("/tmp/arenad-model.patch", patch),
@@ -323,13 +332,13 @@ async def run_swebench_judge(
     script = judge_script(grading, patch, spec.test_cmd or "")
     name = f"arenad-judge-{secrets.token_hex(6)}"
     limits = ContainerLimits(memory_mb=spec.memory_mb, pids=spec.pids, cpus=spec.cpus)
-    # The script arrives on stdin and is saved before it runs, so a test reading its stdin
-    # reads nothing of it (and it is not bounded by an argument's size).
+    # A test reading its stdin reads nothing of the script (nor is the script bounded by
+    # an argument's size).
     argv = run_argv(
         grading.image,
         name,
         limits,
-        command=["/bin/bash", "-c", _RUN_SCRIPT],
+        command=["/bin/bash", "-c", _RUN_SCRIPT.format(limit=f"{spec.timeout_s + 30:.0f}")],
         stdin=True,
         labels={"arenad.judge": grading.instance_id},
         docker=docker,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,20 @@ from tests.daemon.support import read_all, start_daemon, submitted
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 IMAGE = "arenad-test/testbed:latest"
 CELL = "img:i1:CMD:0"
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _run(tmp_path: Path, fail: str | None, *daemon_args: str) -> list[Event]:
@@ -50,12 +66,14 @@ def _run(tmp_path: Path, fail: str | None, *daemon_args: str) -> list[Event]:
         )
         + "\n"
     )
-    submitted(home, camp)
     env = {
         **os.environ,
         "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
         "FAKE_DOCKER_ROOT": str(root),
     }
+    # Submit checks the image is in the engine: the stand-in's.
+    with _environ({"PATH": env["PATH"], "FAKE_DOCKER_ROOT": str(root)}):
+        submitted(home, camp)
     env.pop("FAKE_DOCKER_FAIL", None)
     if fail is not None:
         env["FAKE_DOCKER_FAIL"] = fail

@@ -200,3 +200,19 @@ def test_grading_columns_are_checked(local_swebench: LocalSwebench) -> None:  # 
     script = judge_script(grading, "x", TEST_CMD)
     # The test files test_patch modifies are checked out from the base before it applies.
     assert f"git checkout -q {grading.base_commit} -- tests/test_stats.py" in script
+
+
+async def test_tests_that_exhaust_the_memory_limit_are_unresolved(
+    local_swebench: LocalSwebench,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    hog = WRONG_FIX.replace("+    return data[mid - 1]", "+    return len(bytearray(2 << 30))")
+    spec = JudgeSpec(kind="swebench", test_cmd=TEST_CMD, log_parser="pytest", memory_mb=256)
+    event, doc = await judge(local_swebench, tmp_path, hog, spec)
+    assert event.resolved is False and event.score == 0.0, doc
+    assert doc is not None and doc["limits"] == {
+        "memory_mb": 256,
+        "pids": 4096,
+        "cpus": None,
+        "network": "none",
+    }
