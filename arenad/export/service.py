@@ -13,6 +13,7 @@ bytes for the same log.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,9 +29,10 @@ __all__ = ["FORMATS", "export", "export_store", "writer_class"]
 
 
 class Writer(Protocol):
-    def add(self, cell: ExportCell) -> None: ...
+    # Either plain or coroutine methods (a writer over an async library: Inspect's).
+    def add(self, cell: ExportCell) -> Any: ...
 
-    def finish(self) -> dict[str, Any]: ...
+    def finish(self) -> Any: ...
 
 
 WriterClass = Callable[[ExportDir, Head], Writer]
@@ -40,7 +42,7 @@ def _formats() -> dict[str, str]:
     # name -> module: a format's readers' libraries load only when it is used.
     return {
         "swebench": "arenad.export.swebench:SwebenchWriter",
-        "inspect": "",
+        "inspect": "arenad.export.inspect_log:InspectWriter",
         "atif": "",
         "hf-sft": "arenad.export.hf_sft:SftWriter",
         "hf-rl": "arenad.export.hf_rl:RlWriter",
@@ -83,9 +85,13 @@ async def export_store(
         cells = 0
         with _no_cycle_collection():
             async for cell in cells_of(store, head, campaigns, arms, progress):
-                writer.add(cell)
+                added = writer.add(cell)
+                if inspect.isawaitable(added):
+                    await added
                 cells += 1
         result = writer.finish()
+        if inspect.isawaitable(result):
+            result = await result
         manifest: dict[str, Any] = {
             "format": fmt,
             "head": {"seq": head.seq, "hash": head.hash},
