@@ -1,7 +1,7 @@
 """Benchmark: each `arenad export FORMAT` against the ledger projection, in the same run.
 
     .venv/bin/python -m bench.export [--quick] [--small 2000] [--large 100000]
-        [--messages 6] [--repeat 1] [--formats swebench,hf-sft,hf-rl,otel]
+        [--messages 6] [--repeat 1] [--formats swebench,inspect,hf-sft,hf-rl,otel]
 
 The synthetic log is ``bench.ledger``'s (solo and supervisor cells, real SqliteEventStore
 appends), the small one built first and the large one continuing it. Each measurement is
@@ -30,7 +30,7 @@ from typing import Any
 from bench.ledger import build, peak_rss_kib
 
 REPO = Path(__file__).resolve().parents[1]
-FORMATS = ("swebench", "hf-sft", "hf-rl", "otel")
+FORMATS = ("swebench", "inspect", "hf-sft", "hf-rl", "otel")
 
 
 def child(kind: str, home: Path, out: Path) -> dict[str, Any]:
