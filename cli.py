@@ -541,7 +541,7 @@ def project_ledger(
 
 
 @command(
-    "Export the log to another tool's format (swebench, inspect, atif, hf-sft, hf-rl, otel).",
+    "Export the log in another tool's format (SWE-bench, Inspect, HF, OTel).",
     "arenad export swebench out/predictions --campaign demo --arm solo",
 )
 def export(
