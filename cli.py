@@ -541,6 +541,34 @@ def project_ledger(
 
 
 @command(
+    "Export the log in another tool's format (SWE-bench, Inspect, HF, OTel).",
+    "arenad export swebench out/predictions --campaign demo --arm solo",
+)
+def export(
+    format_: Annotated[
+        str,
+        typer.Argument(metavar="FORMAT", help="swebench, inspect, atif, hf-sft, hf-rl or otel."),
+    ],
+    out: Annotated[
+        Path, typer.Argument(help="The directory to write (replaced whole, at the end).")
+    ],
+    campaign: Annotated[
+        list[str] | None,
+        typer.Option("--campaign", metavar="NAME", help="Only this campaign (repeatable)."),
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option("--arm", metavar="NAME", help="Only this arm (repeatable)."),
+    ] = None,
+) -> None:
+    progress = _progress("cells")
+    manifest = run(services.export(_ctx.home, format_, out, campaign or [], arm or [], progress))
+    if progress is not None:
+        sys.stderr.write("\r\033[K")
+    echo_json(_json.encode(manifest))
+
+
+@command(
     "Compare arms: resolve rates with 95% intervals, pass@k, cost, paired tests.",
     "arenad report --campaign demo --html report.html",
 )

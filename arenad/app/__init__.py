@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from arenad.cell.retry import RetryPolicy
     from arenad.daemon.daemon import DaemonOptions, run_daemon
     from arenad.errors import ArenadError, StoreError, UserError
+    from arenad.export.service import FORMATS as EXPORT_FORMATS
+    from arenad.export.service import export
     from arenad.home import Home, resolve_home
     from arenad.ledger.project import stats_json
     from arenad.ledger.service import project_ledger, record_verdict
@@ -101,6 +103,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: ("arenad.home", name) for name in ("Home", "resolve_home")},
     **{name: ("arenad.ledger.service", name) for name in ("project_ledger", "record_verdict")},
     "export_artifacts": ("arenad.app.artifacts", "export_artifacts"),
+    "export": ("arenad.export.service", "export"),
+    "EXPORT_FORMATS": ("arenad.export.service", "FORMATS"),
     "run_demo": ("arenad.app.demo", "run_demo"),
     "serve_daemon": ("arenad.app.executors", "serve_daemon"),
     "submit_campaign": ("arenad.app.submit", "submit_campaign"),
@@ -120,6 +124,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "EXPORT_FORMATS",
     "RETRY_WHERE",
     "ArenadError",
     "DaemonOptions",
@@ -132,6 +137,7 @@ __all__ = [
     "campaigns_table",
     "capture_proposer_shots",
     "events",
+    "export",
     "export_artifacts",
     "history",
     "history_lines",

@@ -36,7 +36,7 @@ from events.cell import CellSubmitted
 from events.specs import SupervisorArm
 from events.streams import capture_stream, cell_stream, ingest_stream
 
-__all__ = ["BatchLines", "project_batch"]
+__all__ = ["BatchLines", "project_batch", "read_cell_records"]
 
 
 class BatchLines(msgspec.Struct, frozen=True, array_like=True):
@@ -116,3 +116,21 @@ async def project_batch(store: EventStore, cells: Sequence[tuple[str, str]]) -> 
         if resolution is not None:
             resolutions.append(resolution)
     return BatchLines(out, stats, resolutions)
+
+
+async def read_cell_records(
+    store: EventStore, cell_ids: Sequence[str]
+) -> dict[str, list[Recorded]]:
+    """Each cell's records as ``cell_projection`` takes them (its stream, its captures,
+    a supervisor cell's ingested lines), read as a batch is: for a projection of the
+    ledger's facts into another form (``arenad.export``)."""
+    read = await _read(store, cell_ids)
+    out: dict[str, list[Recorded]] = {}
+    for cell_id in cell_ids:
+        cell = read.pop(cell_id)
+        records = cell.records + decode_rows(cell.captured)
+        if cell.ingested:
+            ingested = await store.read_stream_rows(cell.ingested)
+            records += decode_rows([row for s in cell.ingested for row in ingested[s]])
+        out[cell_id] = records
+    return out

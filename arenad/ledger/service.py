@@ -59,6 +59,7 @@ from events.codec import encode_event, event_tag_of_type
 from events.streams import CELL, cell_of, cell_stream
 
 __all__ = [
+    "cell_order",
     "default_run_id",
     "home_id",
     "project_ledger",
@@ -158,6 +159,10 @@ def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
     if len(parts) == 4 and parts[3].isascii() and parts[3].isdigit():
         return (parts[0], parts[1], parts[2], int(parts[3]), "")
     return (parts[0], "", "", -1, cell_id)
+
+
+# The ledger's order of cells, for a projection that follows it (``arenad.export``).
+cell_order = _cell_order
 
 
 async def _latest(store: EventStore, stream: str) -> Recorded:

@@ -1,0 +1,1 @@
+"""``arenad export FORMAT``: projections of the log into the formats other tools read."""
