@@ -11,13 +11,16 @@ from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.errors import ConcurrencyError, IllegalTransition, UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import cells_view
+from arenad.report.project import cell_outcome
 from arenad.store.base import AppendRequest
 from events import cell as ev
 from events import streams
 from events.base import Event
 from events.control import MaxParallelChanged
 
-RetryWhere = Literal["failed", "infra", "timedOut", "unscored"]
+RetryWhere = Literal[
+    "failed", "infra", "timedOut", "unscored", "unresolved", "verify-failed", "interrupted"
+]
 RETRY_WHERE: tuple[str, ...] = get_args(RetryWhere)
 
 
@@ -63,8 +66,12 @@ async def retry_cell(home: Home, cell_id: str, reason: str) -> CellState:
 def retry_matches(state: CellState, where: RetryWhere) -> bool:
     """Whether a cell is one ``retry --where`` selects: a finished or failed cell (only those
     can be retried) whose current attempt failed (``failed``), failed for an infrastructure
-    reason (``infra``), ran out of time (``timedOut``, whatever came after), or was recovered
-    without a result that counts (``unscored``)."""
+    reason (``infra``), ran out of time (``timedOut``, whatever came after), was recovered
+    without a result that counts (``unscored``), is decided and not resolved
+    (``unresolved``: the report's outcome), was scored but its verify command failed
+    (``verify-failed``), or was interrupted by what was not the agent (``interrupted``:
+    the daemon's shutdown, an operator's abort, a lost node; also an abort before the run
+    started)."""
     if not state.terminal:
         return False
     failed = state.status == CellStatus.FAILED
@@ -88,6 +95,20 @@ def retry_matches(state: CellState, where: RetryWhere) -> bool:
                 state.status == CellStatus.RECOVERED
                 and state.verified is not None
                 and not state.verified.scored
+            )
+        case "unresolved":
+            return cell_outcome(state) == "unresolved"
+        case "verify-failed":
+            verified = state.verified
+            return (
+                state.interrupted is None
+                and verified is not None
+                and verified.scored
+                and verified.verify_pass is not True
+            )
+        case "interrupted":
+            return state.interrupted is not None or (
+                failed and state.failed is not None and state.failed.stage == "abort"
             )
 
 

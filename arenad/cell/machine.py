@@ -119,10 +119,38 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     not_before_ms: int | None = None
     # Why the attempt before this one failed (its CellFailed error), if it did.
     previous_failure: str | None = None
+    # Who interrupted the current attempt's run, when it was not the agent's doing
+    # (interrupt_cause): "operator", "shutdown" or "infrastructure"; None: not interrupted.
+    # An interrupted run is never scored and never in a report's denominator.
+    interrupted: str | None = None
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+
+# The daemon's reason for the runs it aborts as it stops, in logs from before RunAborted
+# had a cause.
+SHUTDOWN_REASON = "daemon shutting down"
+
+
+def interrupt_cause(event: ev.RunAborted, *, abort_requested: bool = False) -> str | None:
+    """Who interrupted an aborted run, when the agent did not bring it on itself; None when
+    the abort is the agent's result (a hang cut short).
+
+    A RunAborted recorded before causes were is read from the log: after an operator's
+    abort request (``abort_requested``), the operator's; the daemon's shutdown reason; or
+    no exit code at all (its wrapper or node was lost: nothing the agent returned) for the
+    infrastructure. Anything else stays the agent's, as it was."""
+    if event.cause is not None:
+        return None if event.cause == "agent" else event.cause
+    if abort_requested:
+        return "operator"
+    if event.reason == SHUTDOWN_REASON:
+        return "shutdown"
+    if event.rc is None:
+        return "infrastructure"
+    return None
 
 
 def next_status(status: CellStatus | None, tag: str) -> CellStatus | None:
@@ -193,6 +221,11 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "wall_s": event.wall_s,
                 "ended_at_ms": at_ms,
                 "run_end": end,
+                "interrupted": (
+                    interrupt_cause(event, abort_requested=state.abort_requested)
+                    if isinstance(event, ev.RunAborted)
+                    else None
+                ),
             }
         case ev.CellVerified():
             return {"verified": event}
@@ -231,6 +264,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "abort_reason": None,
                 "hangs": 0,
                 "capped_outputs": (),
+                "interrupted": None,
             }
         case ev.AbortRequested():
             return {"abort_requested": True, "abort_reason": event.reason}

@@ -402,7 +402,8 @@ class Daemon:
             if abort:
                 for runner in list(self.runners.values()):
                     if runner.cell_id.split(":", 1)[0] == name and runner.run_in_flight:
-                        runner.request_abort(reason)
+                        # The cap is the operator's: the run is interrupted, not scored.
+                        runner.request_abort(reason, cause="operator")
 
     def _start(self, cell_id: str, executor: Executor) -> None:
         campaign = cell_id.split(":", 1)[0]

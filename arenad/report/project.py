@@ -13,7 +13,10 @@ Decisions (where the issue is silent):
   ended in an infrastructure ``CellFailed`` *before* being verified (a verified attempt
   whose recovery then failed keeps its verified outcome: only its spend is lost);
   ``operator_failed`` for an operator's failure before the run (an abort of a queued
-  cell: the agent never ran); ``unresolved`` for an agent-classified failure;
+  cell: the agent never ran); ``interrupted`` when its run was ended by what was not the
+  agent (the daemon's shutdown, an operator's abort, a lost wrapper or node:
+  ``CellState.interrupted``, also for such runs that an older arenad verified);
+  ``unresolved`` for an agent-classified failure;
   ``pending`` otherwise. Earlier attempts (retried away) have no outcome.
 - **Resolved** = the attempt was scored (``CellVerified.scored``) and passed: a judge
   verdict's ``resolved`` (the latest of the attempt), when it is not null, overrides the
@@ -21,7 +24,7 @@ Decisions (where the issue is silent):
   resolved, whatever a judge said. An unscored run (timed out, aborted, non-zero exit)
   is an unresolved outcome: the agent had its chance.
 - **The resolve rate** is resolved / decided, decided = resolved + unresolved cells.
-  Infrastructure and operator failures and pending cells are counted apart and are not
+  Infrastructure and operator failures, interrupted and pending cells are counted apart and are not
   in the denominator. Its 95 % interval is Wilson's over the decided cells (reps are
   treated as independent trials; the paired figures below keep instances as the unit).
 - **pass@k** (k = 1..reps, reps = the most cells the arm has on one instance) averages
@@ -85,12 +88,15 @@ __all__ = [
     "SpendPoint",
     "build_report",
     "cell_facts",
+    "cell_outcome",
 ]
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0x5EED_A2E4AD
 
-Outcome = Literal["resolved", "unresolved", "infra_failed", "operator_failed", "pending"]
+Outcome = Literal[
+    "resolved", "unresolved", "infra_failed", "operator_failed", "interrupted", "pending"
+]
 DECIDED: frozenset[str] = frozenset({"resolved", "unresolved"})
 
 
@@ -131,6 +137,9 @@ class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
     resolved: int
     infra_failed: int
     operator_failed: int
+    # Runs ended by what was not the agent (the daemon's shutdown, an operator's abort, a
+    # lost node): never scored, never decided, whatever came after them in older logs.
+    interrupted: int = 0
     pending: int
     resolve_rate: float | None
     ci95: tuple[float, float] | None
@@ -203,6 +212,10 @@ class _Run:
 
 
 def _outcome(state: CellState) -> tuple[Outcome, bool]:
+    if state.interrupted is not None:
+        # Before the interruption was recorded as such, such a run was verified (unscored):
+        # it is still not the agent's result.
+        return "interrupted", False
     verified = state.verified
     if verified is not None:
         if not verified.scored:
@@ -221,6 +234,11 @@ def _outcome(state: CellState) -> tuple[Outcome, bool]:
             case "agent":
                 return "unresolved", False
     return "pending", False
+
+
+def cell_outcome(state: CellState) -> Outcome:
+    """The outcome the report gives a cell of this state (its current attempt's)."""
+    return _outcome(state)[0]
 
 
 def _cost(kind: str, run: _Run) -> float | None:
@@ -320,6 +338,7 @@ def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) 
         resolved=tally.resolved,
         infra_failed=sum(c.outcome == "infra_failed" for c in cells),
         operator_failed=sum(c.outcome == "operator_failed" for c in cells),
+        interrupted=sum(c.outcome == "interrupted" for c in cells),
         pending=sum(c.outcome == "pending" for c in cells),
         resolve_rate=_ratio(tally.resolved, tally.decided),
         ci95=wilson(tally.resolved, tally.decided),

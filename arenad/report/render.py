@@ -113,13 +113,14 @@ class Grid(NamedTuple):
 
 def _outcomes(arms: Sequence[ArmReport]) -> Grid:
     head: tuple[str, ...] = ("arm", "kind", "cells", "scored", "resolved", "decided")
-    head += ("infra failed", "operator failed", "pending", "resolve rate", "95% CI", "pass@k")
+    head += ("infra failed", "operator failed", "interrupted", "pending")
+    head += ("resolve rate", "95% CI", "pass@k")
     rows = [
         (
             a.arm,
             a.kind,
             *map(str, (a.cells, a.scored, a.resolved, a.decided, a.infra_failed)),
-            *map(str, (a.operator_failed, a.pending)),
+            *map(str, (a.operator_failed, a.interrupted, a.pending)),
             _pct(a.resolve_rate),
             _ci(a.ci95),
             _pass_k(a),
