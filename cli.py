@@ -548,7 +548,9 @@ def report(
     campaign: Annotated[
         list[str] | None,
         typer.Option(
-            "--campaign", metavar="NAME", help="Only this campaign (repeatable). Default: all."
+            "--campaign",
+            metavar="NAME",
+            help="Only this campaign (repeatable). Default: all, each campaign's arms apart.",
         ),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -556,8 +558,15 @@ def report(
         Path | None,
         typer.Option("--html", metavar="FILE", help="Also write the report as one HTML page."),
     ] = None,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            "--pool",
+            help="Count same-named arms of the campaigns together (refused if their specs differ).",
+        ),
+    ] = False,
 ) -> None:
-    result = run(services.report(_ctx.home, campaign or [], html))
+    result = run(services.report(_ctx.home, campaign or [], html, pool=pool))
     if json_:
         echo_json(services.report_json(result))
     else:

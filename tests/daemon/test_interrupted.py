@@ -146,9 +146,7 @@ def test_an_operator_abort_is_interrupted_and_stays_until_retry(
     try:
         wait_for(lambda: _running(home, len(INSTANCES)), "every run to be recorded")
         assert cli(home, "abort", "ir:i1:CMD:0").returncode == 0
-        wait_for(
-            lambda: _of(_cell(home, "ir:i1:CMD:0"), ev.CellFailed), "the abort to be recorded"
-        )
+        wait_for(lambda: _of(_cell(home, "ir:i1:CMD:0"), ev.CellFailed), "the abort to be recorded")
         daemon.send_signal(signal.SIGTERM)
     finally:
         _stop(daemon, tmp_path, "d1.err")
