@@ -396,14 +396,67 @@ def daemon(
     raise typer.Exit(run(served))
 
 
+_CampaignOpt = Annotated[
+    str | None,
+    typer.Option(metavar="NAME", help="Every cell of this campaign (one transaction)."),
+]
+_ControlWhereOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="|".join(services.CONTROL_WHERE),
+        help="With --campaign: only the cells in this state (queued: not started).",
+    ),
+]
+_AllowEmptyOpt = Annotated[
+    bool, typer.Option("--allow-empty", help="No cell matching is not an error.")
+]
+
+
+def _control(
+    action: str,
+    cell: str | None,
+    campaign: str | None,
+    where: str | None,
+    allow_empty: bool,
+    reason: str = "operator request",
+) -> bool:
+    """``abort|pause|resume --campaign``: True when it was that (and is done); False for
+    the one-cell form. One cell and a campaign at once is a usage error."""
+    if campaign is None:
+        if where is not None or cell is None:
+            fail(f"{action} takes a cell id, or --campaign NAME [--where STATE]")
+        return False
+    if cell is not None:
+        fail(f"{action} takes a cell id, or --campaign NAME [--where STATE] (not both)")
+    done = run(
+        services.control_campaign(
+            _ctx.home,
+            campaign,
+            action,  # type: ignore[arg-type]  # one of the three commands below
+            where=where,
+            reason=reason,
+            allow_empty=allow_empty,
+        )
+    )
+    narrowed = f" (--where {where})" if where is not None else ""
+    typer.echo(f"campaign {campaign}: {action} recorded for {len(done)} cell(s){narrowed}")
+    return True
+
+
 @command(
-    "Ask for a cell to be aborted (a running agent is stopped, its group killed).",
-    "arenad abort demo:bug-1:SOLO:0",
+    "Ask for a cell, or a campaign's cells, to be aborted (running agents are stopped).",
+    "arenad abort --campaign demo --where queued",
 )
 def abort(
-    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
 ) -> None:
+    if _control("abort", cell, campaign, where, allow_empty, reason):
+        return
+    assert cell is not None
     state = run(services.abort_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: abort requested (state {state.status})")
 
@@ -449,14 +502,33 @@ def retry(
     typer.echo(f"campaign {campaign}: {len(retried)} cell(s) retried (--where {where})")
 
 
-@command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
-def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+@command(
+    "Pause a cell, or a campaign's cells: the daemon starts no further step of them.",
+    "arenad pause --campaign demo",
+)
+def pause(
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
+) -> None:
+    if _control("pause", cell, campaign, where, allow_empty):
+        return
+    assert cell is not None
     run(services.pause_cell(_ctx.home, cell))
     typer.echo(f"{cell}: paused")
 
 
-@command("Resume a paused cell.", "arenad resume demo:bug-1:SOLO:0")
-def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+@command("Resume a paused cell, or a campaign's paused cells.", "arenad resume --campaign demo")
+def resume(
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
+) -> None:
+    if _control("resume", cell, campaign, where, allow_empty):
+        return
+    assert cell is not None
     run(services.resume_cell(_ctx.home, cell))
     typer.echo(f"{cell}: resumed")
 
