@@ -140,7 +140,10 @@ def migrate(
     typer.echo(f"{len(applied)} migration(s) applied{names}")
 
 
-@command("Show per-state counts and one row per cell.", "arenad status --json")
+@command(
+    "Show per-state counts and one row per cell (--summary: counts only).",
+    "arenad status --state failed --limit 20",
+)
 def status(
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     campaign: Annotated[str | None, typer.Option(help="Only this campaign's cells.")] = None,
@@ -148,18 +151,43 @@ def status(
         int | None,
         typer.Option(help="Judge overdue cells at this time (ms since the epoch; default now)."),
     ] = None,
+    state: Annotated[
+        str | None, typer.Option(metavar="STATE", help="Only the cells in this state.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(metavar="N", help="At most N cell rows.")] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="Counts per state and campaign; no cell rows.")
+    ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Print each reason whole (else cut in its middle).")
+    ] = False,
 ) -> None:
     # The one clock of `status`, read here at the edge: the projection is a pure function
     # of the log and this time.
     now_ms = as_of if as_of is not None else time.time_ns() // 1_000_000
-    result = run(services.status(_ctx.home, campaign, now_ms))
+    result = run(
+        services.status(
+            _ctx.home,
+            campaign,
+            None if summary else now_ms,
+            state=state,
+            limit=limit,
+            summary=summary,
+        )
+    )
     if json_:
-        doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue")}
+        doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue", "more")}
         echo_json(_json.encode(doc))
     else:
         echo(
             status_table(
-                result["count_list"], result["cells"], result["campaigns"], result["overdue"]
+                result["count_list"],
+                result["cells"],
+                result["campaigns"],
+                result["overdue"],
+                wide=wide,
+                more=result["more"],
+                summary=summary,
             )
         )
 
@@ -444,7 +472,7 @@ def _control(
 
 
 @command(
-    "Ask for a cell, or a campaign's cells, to be aborted (running agents are stopped).",
+    "Abort a cell, or a campaign's cells (running agents are stopped).",
     "arenad abort --campaign demo --where queued",
 )
 def abort(
@@ -503,7 +531,7 @@ def retry(
 
 
 @command(
-    "Pause a cell, or a campaign's cells: the daemon starts no further step of them.",
+    "Pause a cell or a campaign's cells: no further step of them starts.",
     "arenad pause --campaign demo",
 )
 def pause(

@@ -14,6 +14,7 @@ import aiosqlite
 import msgspec
 
 from arenad.app.campaigns import campaign_figures
+from arenad.cell.machine import CellStatus
 from arenad.cell.overdue import Overdue, overdue
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
@@ -61,22 +62,43 @@ async def migrate(home: Home) -> list[str]:
 _TRANSIENT = frozenset({"materialized", "running", "completed", "timedOut", "aborted", "verified"})
 
 
+# What `status --state` takes: the cell machine's states.
+STATE_NAMES: tuple[str, ...] = tuple(s.value for s in CellStatus)
+
+
 async def status(
-    home: Home, campaign: str | None = None, now_ms: int | None = None
+    home: Home,
+    campaign: str | None = None,
+    now_ms: int | None = None,
+    *,
+    state: str | None = None,
+    limit: int | None = None,
+    summary: bool = False,
 ) -> dict[str, Any]:
     """Counts and rows; with ``now_ms`` (the caller's time, taken at the edge) also the
-    cells overdue in a transient state at that time (:func:`arenad.cell.overdue.overdue`)."""
+    cells overdue in a transient state at that time (:func:`arenad.cell.overdue.overdue`).
+    ``state`` and ``limit`` narrow the rows (``more``: rows past the limit exist);
+    ``summary``: no rows at all, only the counts per state and per campaign (one GROUP BY,
+    fast at any size)."""
+    if state is not None and state not in STATE_NAMES:
+        raise UserError(f"--state must be one of {', '.join(STATE_NAMES)}, not {state!r}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, not {limit}")
     late: list[Overdue] = []
     async with open_store(home) as store:
         cells = cells_view(store)
         counts = await cells.counts()
-        rows = await cells.rows(campaign)
+        rows: list[dict[str, Any]] = []
+        if not summary:
+            rows = await cells.rows(campaign, None if limit is None else limit + 1, state)
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if limit is not None else rows
         if now_ms is not None:
             for row in rows:
                 if row["state"] not in _TRANSIENT or row["paused"]:
                     continue
-                state = await cells.state(row["cell_id"])
-                found = overdue(state, now_ms) if state is not None else None
+                folded = await cells.state(row["cell_id"])
+                found = overdue(folded, now_ms) if folded is not None else None
                 if found is not None:
                     late.append(found)
         # Each campaign's spend against its cap (the spend and budget folds).
@@ -87,6 +109,7 @@ async def status(
         "cells": rows,
         "campaigns": figures,
         "overdue": late,
+        "more": more,
     }
 
 

@@ -118,7 +118,13 @@ def _verify_text(scored: Any, verify_pass: Any) -> str:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``text`` in ``width`` characters, cut in the middle: its start says what failed,
+    its end why (a command's stderr tail comes last), so neither is lost."""
+    if len(text) <= width:
+        return text
+    head = width // 3
+    tail = width - head - 1
+    return text[:head] + "…" + text[len(text) - tail :]
 
 
 def status_table(
@@ -126,9 +132,20 @@ def status_table(
     rows: Sequence[dict[str, Any]],
     campaigns: Sequence[Any] = (),
     overdue: Sequence[Overdue] = (),
+    *,
+    wide: bool = False,
+    more: bool = False,
+    summary: bool = False,
 ) -> str:
+    """``wide``: the reason whole (else cut in its middle); ``more``: rows past the limit
+    were left out (said in the last line); ``summary``: each campaign's cells by state
+    instead of the rows."""
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     out += spend_lines(campaigns)
+    if summary:
+        for c in campaigns:
+            by_state = ", ".join(f"{s} {n}" for s, n in c.cells.items()) or "no cells"
+            out.append(f"campaign {c.name}: {c.total} cell(s): {by_state}")
     if rows:
         table = [STATUS_COLUMNS]
         for row in rows:
@@ -149,13 +166,17 @@ def status_table(
                     _verify_text(row["scored"], row["verify_pass"]),
                     tokens,
                     f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
-                    _cut(row.get("reason") or "-", REASON_WIDTH),
+                    (row.get("reason") or "-")
+                    if wide
+                    else _cut(row.get("reason") or "-", REASON_WIDTH),
                 )
             )
         shown = [[printable(c) for c in r] for r in table]
         widths = [max(len(r[i]) for r in shown) for i in range(len(STATUS_COLUMNS))]
         for r in shown:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if more:
+        out.append(f"... more cells not shown (the first {len(rows)}; raise --limit)")
     if overdue:
         out.append(
             f"overdue: {len(overdue)} cell(s) in a transient state longer than their steps allow"

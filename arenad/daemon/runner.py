@@ -881,7 +881,10 @@ class CellRunner:
         """Record an infrastructure failure (after ``before``, e.g. the run's end), and the
         policy's new attempt in the same transaction when it asks for one (so a crash
         cannot separate them)."""
-        log.warning("%s: %s failed: %s", self.cell_id, stage, error)
+        if error.startswith(f"{stage}: "):
+            log.warning("%s: %s", self.cell_id, error)
+        else:
+            log.warning("%s: %s failed: %s", self.cell_id, stage, error)
         failure = ev.CellFailed(
             attempt=state.attempt,
             stage=stage,

@@ -26,13 +26,22 @@ async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
 
 
 async def cell_rows(
-    db: aiosqlite.Connection, campaign: str | None = None, limit: int | None = None
+    db: aiosqlite.Connection,
+    campaign: str | None = None,
+    limit: int | None = None,
+    state: str | None = None,
 ) -> list[dict[str, Any]]:
     sql = f"SELECT {_STATUS_COLUMNS}, {_REASON_PARTS} FROM cells"
+    where: list[str] = []
     params: list[Any] = []
     if campaign is not None:
-        sql += " WHERE campaign = ?"
+        where.append("campaign = ?")
         params.append(campaign)
+    if state is not None:
+        where.append("state = ?")
+        params.append(state)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY campaign, instance_id, arm, rep"
     if limit is not None:
         sql += " LIMIT ?"

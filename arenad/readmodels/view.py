@@ -44,10 +44,10 @@ class CellsView(abc.ABC):
 
     @abc.abstractmethod
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
         """One status row per cell (``STATUS_COLUMNS`` and ``reason``: why it is where it
-        is, or None), by campaign, instance, arm, rep."""
+        is, or None), by campaign, instance, arm, rep; only those in ``state`` if given."""
 
     @abc.abstractmethod
     async def state(self, cell_id: str) -> CellState | None:
@@ -92,9 +92,9 @@ class SqliteCellsView(CellsView):
         return await queries.state_counts(self._store.connection)
 
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
-        return await queries.cell_rows(self._store.connection, campaign, limit)
+        return await queries.cell_rows(self._store.connection, campaign, limit, state)
 
     async def state(self, cell_id: str) -> CellState | None:
         return await queries.cell_state(self._store.connection, cell_id)
@@ -146,9 +146,13 @@ class FoldedCellsView(CellsView):
         return sorted(tally.items())
 
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
-        states = [s for s in await self._states() if campaign in (None, s.spec.campaign)]
+        states = [
+            s
+            for s in await self._states()
+            if campaign in (None, s.spec.campaign) and state in (None, s.status.value)
+        ]
         states.sort(
             key=lambda s: (
                 s.spec.campaign,
