@@ -341,7 +341,11 @@ def daemon(
         int | None, typer.Option(min=1, help="Cells running at once (default 4).")
     ] = None,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit 0 once no cell can make progress.")
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit once no cell can make progress (3: held at a spend cap, cells left).",
+        ),
     ] = False,
     hang_after: Annotated[
         float | None,

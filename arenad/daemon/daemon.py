@@ -71,6 +71,11 @@ from events.control import (
 
 log = logging.getLogger("arenad.daemon")
 
+# `daemon --until-idle`'s exit status when it went idle because campaigns are held at their
+# spend cap with cells that never started (README's exit-code table): not 0, so a script
+# does not take a capped campaign for a finished one.
+EXIT_AT_CAP = 3
+
 # After a second stop request, how long steps in flight get before they are cancelled.
 _FORCE_GRACE_S = 5.0
 # The events that can change what the scheduler should do (the control follower's filter).
@@ -177,6 +182,8 @@ class Daemon:
         self._spend_loaded = False
         # Campaigns at their cap: none of their cells starts.
         self.held: set[str] = set()
+        # Set when --until-idle went idle with campaigns held at their cap (EXIT_AT_CAP).
+        self.at_cap_summary: str | None = None
         self.runners: dict[str, CellRunner] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.stopping = asyncio.Event()
@@ -554,6 +561,10 @@ class Daemon:
         )
         if self.side_failure is not None:
             raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
+        if self.at_cap_summary is not None:
+            # One paragraph on stderr, beside the log lines: what was left and why.
+            sys.stderr.write(self.at_cap_summary + "\n")
+            return EXIT_AT_CAP
         return 0
 
     async def _clear_templates(self) -> None:
@@ -589,8 +600,35 @@ class Daemon:
                     continue
                 self._start(cell_id, executor)
             if self.options.until_idle and not self.tasks and not runnable:
+                self.at_cap_summary = await self._at_cap_summary()
                 break
             await wait_for_event(self.wake, 1.0)
+
+    async def _at_cap_summary(self) -> str | None:
+        """Why an idle daemon left cells unfinished: the campaigns held at their spend cap,
+        with their cells that never started (None: no campaign is held with cells left)."""
+        parts = []
+        for name in sorted(self.held):
+            rows = await self.cells.rows(name)
+            waiting = sum(r["state"] in ("submitted", "materialized") for r in rows)
+            unfinished = sum(r["state"] not in ("recovered", "failed") for r in rows)
+            if not unfinished:
+                continue
+            spend = self.spend.campaign(name)
+            cap = self._cap(name)
+            cap_text = f" of its ${cap[0]:g} cap" if cap is not None else ""
+            parts.append(
+                f"campaign {name}: ${spend.spent_usd:.4f} spent{cap_text}; {waiting} cell(s)"
+                f" never started, {unfinished} of {len(rows)} unfinished"
+            )
+        if not parts:
+            return None
+        return (
+            "arenad daemon: idle at a spend cap: "
+            + "; ".join(parts)
+            + ". Raise the cap (`arenad set-budget`, or the daemon's --max-usd) and run the"
+            " daemon again to go on."
+        )
 
     async def _reconcile(self, executor: Executor) -> None:
         while True:
