@@ -400,6 +400,12 @@ def daemon(
         float,
         typer.Option(help="Seconds a Ray node may go unheard before its run is lost."),
     ] = 30.0,
+    campaign: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--campaign", metavar="NAME", help="Run only this campaign's cells (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     if max_usd is not None and not (math.isfinite(max_usd) and max_usd > 0):
         fail(f"--max-usd {max_usd} must be a finite number of USD > 0")
@@ -411,6 +417,7 @@ def daemon(
         hang_after_s=hang_after,
         hang_abort=hang_abort,
         leave_running=leave_running,
+        campaigns=tuple(campaign or ()),
         drain_timeout_s=drain_timeout,
         retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,

@@ -121,6 +121,8 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     # On stop, leave running agents running for the next daemon to adopt (an upgrade or
     # a planned restart) instead of aborting them.
     leave_running: bool = False
+    # Run only these campaigns' cells (empty: every campaign's).
+    campaigns: tuple[str, ...] = ()
     retry: RetryPolicy = RetryPolicy()
     # A spend cap (USD) on every campaign this daemon runs; a campaign's own lower cap wins.
     max_usd: float | None = None
@@ -345,7 +347,10 @@ class Daemon:
         # so their waiting cells never fill the look ahead.
         free = max(self.max_parallel - len(self.tasks), 0)
         return await self.cells.runnable(
-            exclude=list(self.tasks), limit=4 * free + 16, hold_campaigns=sorted(self.held)
+            exclude=list(self.tasks),
+            limit=4 * free + 16,
+            hold_campaigns=sorted(self.held),
+            only_campaigns=self.options.campaigns,
         )
 
     # -- spend caps --------------------------------------------------------------
@@ -503,7 +508,17 @@ class Daemon:
             log.warning("%s", warning)
         self.max_parallel = self._within_capacity(self.max_parallel)
 
+    async def _check_campaigns(self) -> None:
+        """``--campaign`` names only campaigns in the log: a typo would run nothing."""
+        if not self.options.campaigns:
+            return
+        known = {c for c, *_ in await self.cells.campaign_counts()}
+        missing = [c for c in self.options.campaigns if c not in known]
+        if missing:
+            raise UserError(f"--campaign: no campaign {missing[0]!r} (see `arenad campaigns`)")
+
     async def run(self) -> int:
+        await self._check_campaigns()
         async with contextlib.AsyncExitStack() as stack:
             start_seq = await self.store.last_seq()
             await self._load_limits()

@@ -98,12 +98,16 @@ async def runnable_cells(
     exclude: Sequence[str] = (),
     limit: int | None = None,
     hold_campaigns: Sequence[str] = (),
+    only_campaigns: Sequence[str] = (),
 ) -> list[tuple[str, str]]:
     """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
     oldest first, but those in ``exclude`` (already running), at most ``limit``; of the
-    ``hold_campaigns``, only cells whose run started."""
+    ``hold_campaigns``, only cells whose run started; only of ``only_campaigns`` if any."""
     sql = f"SELECT cell_id, campaign FROM cells WHERE {RUNNABLE_WHERE}"
     params: list[object] = []
+    if only_campaigns:
+        sql += f" AND campaign IN ({','.join('?' * len(only_campaigns))})"
+        params += list(only_campaigns)
     if exclude:
         sql += f" AND cell_id NOT IN ({','.join('?' * len(exclude))})"
         params += list(exclude)

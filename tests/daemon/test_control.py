@@ -189,3 +189,27 @@ async def test_pause_resume_retry_and_max_parallel_reach_a_running_daemon(
     # the retried attempt ran side by side.
     assert not overlap((first, 1), (third, 1))
     assert overlap((paused, 1), (first, 2))
+
+
+def test_a_daemon_limited_to_some_campaigns_runs_only_theirs(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    from arenad.daemon.daemon import run_daemon
+    from arenad.errors import UserError
+
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    camps = [
+        command_campaign(tmp_path / f"{n}.toml", name=n, repo=repo, base=base, argv=["true"])
+        for n in ("ca", "cb")
+    ]
+    home = submitted(tmp_path / "home", *camps)
+    options = DaemonOptions(until_idle=True, campaigns=("ca",))
+    assert asyncio.run(run_daemon(Home(home), options, dict(os.environ))) == 0
+    assert isinstance(_events(home, "ca:i1:CMD:0")[-1], ev.CellRecovered)
+    assert isinstance(_events(home, "cb:i1:CMD:0")[-1], ev.CellSubmitted)
+    before = len(read_all(home))
+    with pytest.raises(UserError, match="--campaign: no campaign 'nope'"):
+        asyncio.run(run_daemon(Home(home), DaemonOptions(until_idle=True, campaigns=("nope",)), {}))
+    assert len(read_all(home)) == before
