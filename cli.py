@@ -176,7 +176,8 @@ def status(
         )
     )
     if json_:
-        doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue", "more")}
+        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign")
+        doc = {k: result[k] for k in keys}
         echo_json(_json.encode(doc))
     else:
         echo(
@@ -187,7 +188,7 @@ def status(
                 result["overdue"],
                 wide=wide,
                 more=result["more"],
-                summary=summary,
+                by_campaign=result["by_campaign"],
             )
         )
 

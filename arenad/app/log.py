@@ -101,9 +101,16 @@ async def status(
                 found = overdue(folded, now_ms) if folded is not None else None
                 if found is not None:
                     late.append(found)
-        # Each campaign's spend against its cap (the spend and budget folds).
-        figures = await campaign_figures(store, campaign)
+        # Each campaign's spend against its cap (the spend and budget folds): a fold over
+        # the log's spend events, which --summary skips (`arenad campaigns` has it).
+        figures = [] if summary else await campaign_figures(store, campaign)
+        by_campaign: dict[str, dict[str, int]] = {}
+        if summary:
+            for name, cell_state, count, _ in await cells.campaign_counts():
+                if campaign in (None, name):
+                    by_campaign.setdefault(name, {})[cell_state] = count
     return {
+        "by_campaign": by_campaign,
         "counts": dict(counts),
         "count_list": counts,
         "cells": rows,

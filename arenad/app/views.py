@@ -8,7 +8,7 @@ or a path reaches the reader's terminal as visible escapes, never as control seq
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -135,17 +135,16 @@ def status_table(
     *,
     wide: bool = False,
     more: bool = False,
-    summary: bool = False,
+    by_campaign: Mapping[str, Mapping[str, int]] | None = None,
 ) -> str:
     """``wide``: the reason whole (else cut in its middle); ``more``: rows past the limit
-    were left out (said in the last line); ``summary``: each campaign's cells by state
-    instead of the rows."""
+    were left out (said in the last line); ``by_campaign`` (--summary): each campaign's
+    cells by state, in place of the rows."""
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     out += spend_lines(campaigns)
-    if summary:
-        for c in campaigns:
-            by_state = ", ".join(f"{s} {n}" for s, n in c.cells.items()) or "no cells"
-            out.append(f"campaign {c.name}: {c.total} cell(s): {by_state}")
+    for name, cells in (by_campaign or {}).items():
+        by_state = ", ".join(f"{s} {n}" for s, n in sorted(cells.items()))
+        out.append(f"campaign {name}: {sum(cells.values())} cell(s): {by_state}")
     if rows:
         table = [STATUS_COLUMNS]
         for row in rows:
