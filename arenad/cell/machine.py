@@ -78,6 +78,9 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     # What verify saw (the patch, the log's end), appended right after the CellVerified.
     "cell.patch-captured": frozenset({S.VERIFIED}),
     "cell.verify-log-captured": frozenset({S.VERIFIED}),
+    # An interrupted run's spend, captured before its failure is recorded (never verified:
+    # ``apply`` allows it only after an interruption).
+    "cell.recovered": frozenset({S.ABORTED}),
 }
 
 
@@ -191,6 +194,8 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
         raise IllegalTransition(
             before, f"{tag} (attempt {attempt}, current {state.attempt})", state.cell_id
         )
+    if tag == "cell.recovered" and before == S.ABORTED and state.interrupted is None:
+        raise IllegalTransition(before, f"{tag} (a run that was not interrupted)", state.cell_id)
     changes = _changes(state, event, at_ms)
     return msgspec.structs.replace(
         state, status=after, version=state.version + 1, updated_at_ms=at_ms, **changes

@@ -231,7 +231,7 @@ class CellRunner:
                 await self.resume_running(state)
             case S.ABORTED if state.interrupted is not None:
                 # Recorded before the interruption was (an older arenad): never verified.
-                await self._interrupt(state, [])
+                await self._interrupt(state, [], reader=self._ingested(state.attempt))
             case S.COMPLETED | S.TIMED_OUT | S.ABORTED:
                 await self.verify(state)
             case S.VERIFIED:
@@ -598,7 +598,7 @@ class CellRunner:
         reader = self._ingested(attempt, sink)
         events += await self.arm.end_events(site, ctx, reader)
         if apply(state, outcome, self.clock()).interrupted is not None:
-            await self._interrupt(state, events, also=sink.take_held())
+            await self._interrupt(state, events, reader=reader, also=sink.take_held())
             return
         failed = end.how == "timed_out" or (end.how == "exited" and end.code != 0)
         infra = await self.arm.infra_cause(site, ctx, reader) if failed else None
@@ -830,17 +830,29 @@ class CellRunner:
             )
 
     async def _interrupt(
-        self, state: CellState, before: Sequence[Event], also: Sequence[AppendRequest] = ()
+        self,
+        state: CellState,
+        before: Sequence[Event],
+        *,
+        reader: _IngestedReader,
+        also: Sequence[AppendRequest] = (),
     ) -> None:
         """Record that the attempt's run was interrupted (after ``before``, the run's end):
         a failure that is not the agent's, never verified nor scored (no patch, no verify on
         a workspace whose agent may still run), with what comes next in the same
-        transaction. The daemon's shutdown requeues the cell as a new attempt (the next
-        daemon runs it); an infrastructure loss is retried under the infra retry policy;
-        an operator's abort stays as it is until `arenad retry`."""
+        transaction. Its spend is captured first (the arm's store, as any run's: the money
+        was spent; a capture that fails is a gap). The daemon's shutdown requeues the cell
+        as a new attempt (the next daemon runs it); an infrastructure loss is retried under
+        the infra retry policy; an operator's abort stays as it is until `arenad retry`."""
         now = self.clock()
         for event in before:
             state = apply(state, event, now)
+        if state.run is not None and state.run_dir is not None and state.workspace is not None:
+            site = await self._site(state)
+            captures, recovered = await self._recovered(site, self._context(state), state, reader)
+            before = [*before, recovered]
+            also = [*also, *captures]
+            state = apply(state, recovered, now)
         cause = state.interrupted
         assert cause is not None
         reason = next((e.reason for e in before if isinstance(e, ev.RunAborted)), None)

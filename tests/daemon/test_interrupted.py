@@ -118,8 +118,11 @@ def test_sigint_interrupts_running_cells_and_the_next_daemon_reruns_them(
         assert failed.classification == "operator"  # type: ignore[attr-defined]
         (retried,) = _of(events, ev.CellRetried)
         assert retried.attempt == 2 and retried.requested_by == "resume"  # type: ignore[attr-defined]
-        # Never verified: no patch nor verify on the interrupted attempt.
+        # Never verified: no patch nor verify on the interrupted attempt; its spend is
+        # captured all the same (the money was spent), before the failure.
         assert not _of(events, ev.CellVerified)
+        (recovered,) = _of(events, ev.CellRecovered)
+        assert events.index(recovered) < events.index(failed)
     # Between the daemons, nothing of the interrupted runs counts.
     arm = _outcomes(home)
     assert arm["decided"] == 0 and arm["resolved"] == 0
