@@ -140,7 +140,10 @@ def migrate(
     typer.echo(f"{len(applied)} migration(s) applied{names}")
 
 
-@command("Show per-state counts and one row per cell.", "arenad status --json")
+@command(
+    "Show per-state counts and one row per cell (--summary: counts only).",
+    "arenad status --state failed --limit 20",
+)
 def status(
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     campaign: Annotated[str | None, typer.Option(help="Only this campaign's cells.")] = None,
@@ -148,18 +151,44 @@ def status(
         int | None,
         typer.Option(help="Judge overdue cells at this time (ms since the epoch; default now)."),
     ] = None,
+    state: Annotated[
+        str | None, typer.Option(metavar="STATE", help="Only the cells in this state.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(metavar="N", help="At most N cell rows.")] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="Counts per state and campaign; no cell rows.")
+    ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Print each reason whole (else cut in its middle).")
+    ] = False,
 ) -> None:
     # The one clock of `status`, read here at the edge: the projection is a pure function
     # of the log and this time.
     now_ms = as_of if as_of is not None else time.time_ns() // 1_000_000
-    result = run(services.status(_ctx.home, campaign, now_ms))
+    result = run(
+        services.status(
+            _ctx.home,
+            campaign,
+            None if summary else now_ms,
+            state=state,
+            limit=limit,
+            summary=summary,
+        )
+    )
     if json_:
-        doc = {k: result[k] for k in ("counts", "cells", "campaigns", "overdue")}
+        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign")
+        doc = {k: result[k] for k in keys}
         echo_json(_json.encode(doc))
     else:
         echo(
             status_table(
-                result["count_list"], result["cells"], result["campaigns"], result["overdue"]
+                result["count_list"],
+                result["cells"],
+                result["campaigns"],
+                result["overdue"],
+                wide=wide,
+                more=result["more"],
+                by_campaign=result["by_campaign"],
             )
         )
 
@@ -313,7 +342,11 @@ def daemon(
         int | None, typer.Option(min=1, help="Cells running at once (default 4).")
     ] = None,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit 0 once no cell can make progress.")
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit once no cell can make progress (3: held at a spend cap, cells left).",
+        ),
     ] = False,
     hang_after: Annotated[
         float | None,
@@ -368,6 +401,12 @@ def daemon(
         float,
         typer.Option(help="Seconds a Ray node may go unheard before its run is lost."),
     ] = 30.0,
+    campaign: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--campaign", metavar="NAME", help="Run only this campaign's cells (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     if max_usd is not None and not (math.isfinite(max_usd) and max_usd > 0):
         fail(f"--max-usd {max_usd} must be a finite number of USD > 0")
@@ -379,6 +418,7 @@ def daemon(
         hang_after_s=hang_after,
         hang_abort=hang_abort,
         leave_running=leave_running,
+        campaigns=tuple(campaign or ()),
         drain_timeout_s=drain_timeout,
         retry=services.RetryPolicy(max_infra_retries=infra_retries, backoff_s=retry_backoff),
         proposer_worktree_root=proposer_worktree_root,
@@ -396,14 +436,67 @@ def daemon(
     raise typer.Exit(run(served))
 
 
+_CampaignOpt = Annotated[
+    str | None,
+    typer.Option(metavar="NAME", help="Every cell of this campaign (one transaction)."),
+]
+_ControlWhereOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="|".join(services.CONTROL_WHERE),
+        help="With --campaign: only the cells in this state (queued: not started).",
+    ),
+]
+_AllowEmptyOpt = Annotated[
+    bool, typer.Option("--allow-empty", help="No cell matching is not an error.")
+]
+
+
+def _control(
+    action: str,
+    cell: str | None,
+    campaign: str | None,
+    where: str | None,
+    allow_empty: bool,
+    reason: str = "operator request",
+) -> bool:
+    """``abort|pause|resume --campaign``: True when it was that (and is done); False for
+    the one-cell form. One cell and a campaign at once is a usage error."""
+    if campaign is None:
+        if where is not None or cell is None:
+            fail(f"{action} takes a cell id, or --campaign NAME [--where STATE]")
+        return False
+    if cell is not None:
+        fail(f"{action} takes a cell id, or --campaign NAME [--where STATE] (not both)")
+    done = run(
+        services.control_campaign(
+            _ctx.home,
+            campaign,
+            action,  # type: ignore[arg-type]  # one of the three commands below
+            where=where,
+            reason=reason,
+            allow_empty=allow_empty,
+        )
+    )
+    narrowed = f" (--where {where})" if where is not None else ""
+    typer.echo(f"campaign {campaign}: {action} recorded for {len(done)} cell(s){narrowed}")
+    return True
+
+
 @command(
-    "Ask for a cell to be aborted (a running agent is stopped, its group killed).",
-    "arenad abort demo:bug-1:SOLO:0",
+    "Abort a cell, or a campaign's cells (running agents are stopped).",
+    "arenad abort --campaign demo --where queued",
 )
 def abort(
-    cell: Annotated[str, typer.Argument(help="The cell id.")],
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
     reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator request",
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
 ) -> None:
+    if _control("abort", cell, campaign, where, allow_empty, reason):
+        return
+    assert cell is not None
     state = run(services.abort_cell(_ctx.home, cell, reason))
     typer.echo(f"{cell}: abort requested (state {state.status})")
 
@@ -449,14 +542,33 @@ def retry(
     typer.echo(f"campaign {campaign}: {len(retried)} cell(s) retried (--where {where})")
 
 
-@command("Pause a cell: the daemon starts no further step of it.", "arenad pause demo:bug-1:SOLO:0")
-def pause(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+@command(
+    "Pause a cell or a campaign's cells: no further step of them starts.",
+    "arenad pause --campaign demo",
+)
+def pause(
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
+) -> None:
+    if _control("pause", cell, campaign, where, allow_empty):
+        return
+    assert cell is not None
     run(services.pause_cell(_ctx.home, cell))
     typer.echo(f"{cell}: paused")
 
 
-@command("Resume a paused cell.", "arenad resume demo:bug-1:SOLO:0")
-def resume(cell: Annotated[str, typer.Argument(help="The cell id.")]) -> None:
+@command("Resume a paused cell, or a campaign's paused cells.", "arenad resume --campaign demo")
+def resume(
+    cell: Annotated[str | None, typer.Argument(help="The cell id.")] = None,
+    campaign: _CampaignOpt = None,
+    where: _ControlWhereOpt = None,
+    allow_empty: _AllowEmptyOpt = False,
+) -> None:
+    if _control("resume", cell, campaign, where, allow_empty):
+        return
+    assert cell is not None
     run(services.resume_cell(_ctx.home, cell))
     typer.echo(f"{cell}: resumed")
 
@@ -576,7 +688,9 @@ def report(
     campaign: Annotated[
         list[str] | None,
         typer.Option(
-            "--campaign", metavar="NAME", help="Only this campaign (repeatable). Default: all."
+            "--campaign",
+            metavar="NAME",
+            help="Only this campaign (repeatable). Default: all, each campaign's arms apart.",
         ),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -584,8 +698,15 @@ def report(
         Path | None,
         typer.Option("--html", metavar="FILE", help="Also write the report as one HTML page."),
     ] = None,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            "--pool",
+            help="Count same-named arms of the campaigns together (refused if their specs differ).",
+        ),
+    ] = False,
 ) -> None:
-    result = run(services.report(_ctx.home, campaign or [], html))
+    result = run(services.report(_ctx.home, campaign or [], html, pool=pool))
     if json_:
         echo_json(services.report_json(result))
     else:

@@ -12,6 +12,11 @@ from events.ingest import Encoding
 from events.specs import CellSpec
 
 Classification = Literal["infrastructure", "agent", "operator"]
+# Who ended an aborted run: the agent's own doing (a hang the daemon cut short), the
+# operator (an abort, a spend cap's abort), the daemon's own shutdown (SIGINT/SIGTERM), or
+# the infrastructure (its wrapper or node lost). Only "agent" is the attempt's result; the
+# others interrupt it (arenad.cell.machine.interrupt_cause).
+AbortCause = Literal["agent", "operator", "shutdown", "infrastructure"]
 
 
 class CellSubmitted(Event, tag="cell.submitted", frozen=True, kw_only=True):
@@ -134,6 +139,8 @@ class RunAborted(Event, tag="run.aborted", frozen=True, kw_only=True):
     # The cell's limit that ended the run: "memory", "pids" or "disk" (the reason then
     # says "out of memory", "pids limit", "disk limit"); None: no limit did.
     limit: str | None = None
+    # None: recorded before causes were (arenad.cell.machine.interrupt_cause reads it).
+    cause: AbortCause | None = None
 
 
 class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):

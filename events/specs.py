@@ -107,6 +107,9 @@ class CommandArm(Spec, tag="command", tag_field="kind", frozen=True, kw_only=Tru
     # Whether the command touches a model (and so runs under the secrets wrapper).
     uses_model: bool = True
     kill_grace_s: float = 1.0
+    # What its stdout is: JSON lines (opencode's stream and the like), or plain text lines,
+    # ingested as they are rather than each recorded malformed.
+    output: Literal["jsonl", "text"] = "jsonl"
 
 
 ArmSpec = SoloArm | SupervisorArm | CommandArm

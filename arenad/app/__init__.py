@@ -15,8 +15,10 @@ if TYPE_CHECKING:
     from arenad.app.artifacts import export_artifacts
     from arenad.app.campaigns import campaigns, set_budget
     from arenad.app.control import (
+        CONTROL_WHERE,
         RETRY_WHERE,
         abort_cell,
+        control_campaign,
         pause_cell,
         resume_cell,
         retry_campaign,
@@ -65,8 +67,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{
         name: ("arenad.app.control", name)
         for name in (
+            "CONTROL_WHERE",
             "RETRY_WHERE",
             "abort_cell",
+            "control_campaign",
             "pause_cell",
             "resume_cell",
             "retry_campaign",
@@ -124,6 +128,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "CONTROL_WHERE",
     "EXPORT_FORMATS",
     "RETRY_WHERE",
     "ArenadError",
@@ -136,6 +141,7 @@ __all__ = [
     "campaigns",
     "campaigns_table",
     "capture_proposer_shots",
+    "control_campaign",
     "events",
     "export",
     "export_artifacts",

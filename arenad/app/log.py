@@ -14,6 +14,7 @@ import aiosqlite
 import msgspec
 
 from arenad.app.campaigns import campaign_figures
+from arenad.cell.machine import CellStatus
 from arenad.cell.overdue import Overdue, overdue
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
@@ -61,32 +62,61 @@ async def migrate(home: Home) -> list[str]:
 _TRANSIENT = frozenset({"materialized", "running", "completed", "timedOut", "aborted", "verified"})
 
 
+# What `status --state` takes: the cell machine's states.
+STATE_NAMES: tuple[str, ...] = tuple(s.value for s in CellStatus)
+
+
 async def status(
-    home: Home, campaign: str | None = None, now_ms: int | None = None
+    home: Home,
+    campaign: str | None = None,
+    now_ms: int | None = None,
+    *,
+    state: str | None = None,
+    limit: int | None = None,
+    summary: bool = False,
 ) -> dict[str, Any]:
     """Counts and rows; with ``now_ms`` (the caller's time, taken at the edge) also the
-    cells overdue in a transient state at that time (:func:`arenad.cell.overdue.overdue`)."""
+    cells overdue in a transient state at that time (:func:`arenad.cell.overdue.overdue`).
+    ``state`` and ``limit`` narrow the rows (``more``: rows past the limit exist);
+    ``summary``: no rows at all, only the counts per state and per campaign (one GROUP BY,
+    fast at any size)."""
+    if state is not None and state not in STATE_NAMES:
+        raise UserError(f"--state must be one of {', '.join(STATE_NAMES)}, not {state!r}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, not {limit}")
     late: list[Overdue] = []
     async with open_store(home) as store:
         cells = cells_view(store)
         counts = await cells.counts()
-        rows = await cells.rows(campaign)
+        rows: list[dict[str, Any]] = []
+        if not summary:
+            rows = await cells.rows(campaign, None if limit is None else limit + 1, state)
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if limit is not None else rows
         if now_ms is not None:
             for row in rows:
                 if row["state"] not in _TRANSIENT or row["paused"]:
                     continue
-                state = await cells.state(row["cell_id"])
-                found = overdue(state, now_ms) if state is not None else None
+                folded = await cells.state(row["cell_id"])
+                found = overdue(folded, now_ms) if folded is not None else None
                 if found is not None:
                     late.append(found)
-        # Each campaign's spend against its cap (the spend and budget folds).
-        figures = await campaign_figures(store, campaign)
+        # Each campaign's spend against its cap (the spend and budget folds): a fold over
+        # the log's spend events, which --summary skips (`arenad campaigns` has it).
+        figures = [] if summary else await campaign_figures(store, campaign)
+        by_campaign: dict[str, dict[str, int]] = {}
+        if summary:
+            for name, cell_state, count, _ in await cells.campaign_counts():
+                if campaign in (None, name):
+                    by_campaign.setdefault(name, {})[cell_state] = count
     return {
+        "by_campaign": by_campaign,
         "counts": dict(counts),
         "count_list": counts,
         "cells": rows,
         "campaigns": figures,
         "overdue": late,
+        "more": more,
     }
 
 

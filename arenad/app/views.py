@@ -8,7 +8,7 @@ or a path reaches the reader's terminal as visible escapes, never as control seq
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -123,7 +123,13 @@ def _verify_text(scored: Any, verify_pass: Any) -> str:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``text`` in ``width`` characters, cut in the middle: its start says what failed,
+    its end why (a command's stderr tail comes last), so neither is lost."""
+    if len(text) <= width:
+        return text
+    head = width // 3
+    tail = width - head - 1
+    return text[:head] + "…" + text[len(text) - tail :]
 
 
 def status_table(
@@ -131,9 +137,19 @@ def status_table(
     rows: Sequence[dict[str, Any]],
     campaigns: Sequence[Any] = (),
     overdue: Sequence[Overdue] = (),
+    *,
+    wide: bool = False,
+    more: bool = False,
+    by_campaign: Mapping[str, Mapping[str, int]] | None = None,
 ) -> str:
+    """``wide``: the reason whole (else cut in its middle); ``more``: rows past the limit
+    were left out (said in the last line); ``by_campaign`` (--summary): each campaign's
+    cells by state, in place of the rows."""
     out = ["states: " + (", ".join(f"{s} {n}" for s, n in counts) or "no cells")]
     out += spend_lines(campaigns)
+    for name, cells in (by_campaign or {}).items():
+        by_state = ", ".join(f"{s} {n}" for s, n in sorted(cells.items()))
+        out.append(f"campaign {name}: {sum(cells.values())} cell(s): {by_state}")
     if rows:
         table = [STATUS_COLUMNS]
         for row in rows:
@@ -154,13 +170,17 @@ def status_table(
                     _verify_text(row["scored"], row["verify_pass"]),
                     tokens,
                     f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
-                    _cut(row.get("reason") or "-", REASON_WIDTH),
+                    (row.get("reason") or "-")
+                    if wide
+                    else _cut(row.get("reason") or "-", REASON_WIDTH),
                 )
             )
         shown = [[printable(c) for c in r] for r in table]
         widths = [max(len(r[i]) for r in shown) for i in range(len(STATUS_COLUMNS))]
         for r in shown:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if more:
+        out.append(f"... more cells not shown (the first {len(rows)}; raise --limit)")
     if overdue:
         out.append(
             f"overdue: {len(overdue)} cell(s) in a transient state longer than their steps allow"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from arenad.arms.base import AgentCommand, Arm, ArmContext, IngestReader, q, write_prompt
 from arenad.arms.evidence import InfraCause
 from arenad.errors import UserError
+from arenad.ingest import Mode, WatchSource, file_source
 from arenad.runs.executor import Site
 from events.specs import CommandArm
 
@@ -47,6 +48,11 @@ class CommandArmRunner(Arm):
             # Any CLI: what it needs beyond the system is the campaign's to share.
             executables=args[:1],
         )
+
+    def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
+        """Its stdout, as JSON lines or (``output = "text"``) plain text lines."""
+        mode: Mode = "text" if self.spec.output == "text" else "lines"
+        return [file_source("stdout", ctx.run_dir / self.stdout_name, mode)]
 
     async def infra_cause(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader

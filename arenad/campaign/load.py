@@ -220,6 +220,7 @@ class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_o
     env: dict[str, str] = {}
     uses_model: bool = True
     kill_grace_s: float = 1.0
+    output: Literal["jsonl", "text"] = "jsonl"
 
 
 ArmFile = SoloArmFile | SupervisorArmFile | CommandArmFile
@@ -566,6 +567,7 @@ def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
             env=arm.env,
             uses_model=arm.uses_model,
             kill_grace_s=arm.kill_grace_s,
+            output=arm.output,
         )
     knobs = {**SUPERVISOR_DEFAULT_ENV_KNOBS, **arm.env_knobs}
     for name in knobs:

@@ -78,6 +78,9 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     # What verify saw (the patch, the log's end), appended right after the CellVerified.
     "cell.patch-captured": frozenset({S.VERIFIED}),
     "cell.verify-log-captured": frozenset({S.VERIFIED}),
+    # An interrupted run's spend, captured before its failure is recorded (never verified:
+    # ``apply`` allows it only after an interruption).
+    "cell.recovered": frozenset({S.ABORTED}),
 }
 
 
@@ -122,10 +125,38 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     not_before_ms: int | None = None
     # Why the attempt before this one failed (its CellFailed error), if it did.
     previous_failure: str | None = None
+    # Who interrupted the current attempt's run, when it was not the agent's doing
+    # (interrupt_cause): "operator", "shutdown" or "infrastructure"; None: not interrupted.
+    # An interrupted run is never scored and never in a report's denominator.
+    interrupted: str | None = None
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+
+# The daemon's reason for the runs it aborts as it stops, in logs from before RunAborted
+# had a cause.
+SHUTDOWN_REASON = "daemon shutting down"
+
+
+def interrupt_cause(event: ev.RunAborted, *, abort_requested: bool = False) -> str | None:
+    """Who interrupted an aborted run, when the agent did not bring it on itself; None when
+    the abort is the agent's result (a hang cut short).
+
+    A RunAborted recorded before causes were is read from the log: after an operator's
+    abort request (``abort_requested``), the operator's; the daemon's shutdown reason; or
+    no exit code at all (its wrapper or node was lost: nothing the agent returned) for the
+    infrastructure. Anything else stays the agent's, as it was."""
+    if event.cause is not None:
+        return None if event.cause == "agent" else event.cause
+    if abort_requested:
+        return "operator"
+    if event.reason == SHUTDOWN_REASON:
+        return "shutdown"
+    if event.rc is None:
+        return "infrastructure"
+    return None
 
 
 def next_status(status: CellStatus | None, tag: str) -> CellStatus | None:
@@ -166,6 +197,8 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
         raise IllegalTransition(
             before, f"{tag} (attempt {attempt}, current {state.attempt})", state.cell_id
         )
+    if tag == "cell.recovered" and before == S.ABORTED and state.interrupted is None:
+        raise IllegalTransition(before, f"{tag} (a run that was not interrupted)", state.cell_id)
     changes = _changes(state, event, at_ms)
     return msgspec.structs.replace(
         state, status=after, version=state.version + 1, updated_at_ms=at_ms, **changes
@@ -197,6 +230,11 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "ended_at_ms": at_ms,
                 "run_end": end,
                 "run_limit": event.limit if isinstance(event, ev.RunAborted) else None,
+                "interrupted": (
+                    interrupt_cause(event, abort_requested=state.abort_requested)
+                    if isinstance(event, ev.RunAborted)
+                    else None
+                ),
             }
         case ev.CellVerified():
             return {"verified": event}
@@ -236,6 +274,7 @@ def _changes(state: CellState, event: Event, at_ms: int) -> dict[str, object]:
                 "abort_reason": None,
                 "hangs": 0,
                 "capped_outputs": (),
+                "interrupted": None,
             }
         case ev.AbortRequested():
             return {"abort_requested": True, "abort_reason": event.reason}

@@ -73,6 +73,11 @@ from events.control import (
 
 log = logging.getLogger("arenad.daemon")
 
+# `daemon --until-idle`'s exit status when it went idle because campaigns are held at their
+# spend cap with cells that never started (README's exit-code table): not 0, so a script
+# does not take a capped campaign for a finished one.
+EXIT_AT_CAP = 3
+
 # After a second stop request, how long steps in flight get before they are cancelled.
 _FORCE_GRACE_S = 5.0
 # The events that can change what the scheduler should do (the control follower's filter).
@@ -118,6 +123,8 @@ class DaemonOptions(msgspec.Struct, frozen=True, kw_only=True):
     # On stop, leave running agents running for the next daemon to adopt (an upgrade or
     # a planned restart) instead of aborting them.
     leave_running: bool = False
+    # Run only these campaigns' cells (empty: every campaign's).
+    campaigns: tuple[str, ...] = ()
     retry: RetryPolicy = RetryPolicy()
     # A spend cap (USD) on every campaign this daemon runs; a campaign's own lower cap wins.
     max_usd: float | None = None
@@ -179,6 +186,8 @@ class Daemon:
         self._spend_loaded = False
         # Campaigns at their cap: none of their cells starts.
         self.held: set[str] = set()
+        # Set when --until-idle went idle with campaigns held at their cap (EXIT_AT_CAP).
+        self.at_cap_summary: str | None = None
         self.runners: dict[str, CellRunner] = {}
         # The runs this daemon followed when the disk filled (cell id -> RunStarted).
         self._runs_at_disk_full: dict[str, ev.RunStarted] = {}
@@ -348,7 +357,10 @@ class Daemon:
         # so their waiting cells never fill the look ahead.
         free = max(self.max_parallel - len(self.tasks), 0)
         return await self.cells.runnable(
-            exclude=list(self.tasks), limit=4 * free + 16, hold_campaigns=sorted(self.held)
+            exclude=list(self.tasks),
+            limit=4 * free + 16,
+            hold_campaigns=sorted(self.held),
+            only_campaigns=self.options.campaigns,
         )
 
     # -- spend caps --------------------------------------------------------------
@@ -412,7 +424,8 @@ class Daemon:
             if abort:
                 for runner in list(self.runners.values()):
                     if runner.cell_id.split(":", 1)[0] == name and runner.run_in_flight:
-                        runner.request_abort(reason)
+                        # The cap is the operator's: the run is interrupted, not scored.
+                        runner.request_abort(reason, cause="operator")
 
     def _start(self, cell_id: str, executor: Executor) -> None:
         campaign = cell_id.split(":", 1)[0]
@@ -505,7 +518,17 @@ class Daemon:
             log.warning("%s", warning)
         self.max_parallel = self._within_capacity(self.max_parallel)
 
+    async def _check_campaigns(self) -> None:
+        """``--campaign`` names only campaigns in the log: a typo would run nothing."""
+        if not self.options.campaigns:
+            return
+        known = {c for c, *_ in await self.cells.campaign_counts()}
+        missing = [c for c in self.options.campaigns if c not in known]
+        if missing:
+            raise UserError(f"--campaign: no campaign {missing[0]!r} (see `arenad campaigns`)")
+
     async def run(self) -> int:
+        await self._check_campaigns()
         async with contextlib.AsyncExitStack() as stack:
             if not await asyncio.to_thread(diskfull.ensure_reserve, self.home.root):
                 log.warning(
@@ -574,6 +597,10 @@ class Daemon:
         )
         if self.side_failure is not None:
             raise DaemonFatal(f"{self.stop_reason}: {self.side_failure}") from self.side_failure
+        if self.at_cap_summary is not None:
+            # One paragraph on stderr, beside the log lines: what was left and why.
+            sys.stderr.write(self.at_cap_summary + "\n")
+            return EXIT_AT_CAP
         return 0
 
     def _running_runs(self) -> dict[str, ev.RunStarted]:
@@ -679,8 +706,35 @@ class Daemon:
                     continue
                 self._start(cell_id, executor)
             if self.options.until_idle and not self.tasks and not runnable:
+                self.at_cap_summary = await self._at_cap_summary()
                 break
             await wait_for_event(self.wake, 1.0)
+
+    async def _at_cap_summary(self) -> str | None:
+        """Why an idle daemon left cells unfinished: the campaigns held at their spend cap,
+        with their cells that never started (None: no campaign is held with cells left)."""
+        parts = []
+        for name in sorted(self.held):
+            rows = await self.cells.rows(name)
+            waiting = sum(r["state"] in ("submitted", "materialized") for r in rows)
+            unfinished = sum(r["state"] not in ("recovered", "failed") for r in rows)
+            if not unfinished:
+                continue
+            spend = self.spend.campaign(name)
+            cap = self._cap(name)
+            cap_text = f" of its ${cap[0]:g} cap" if cap is not None else ""
+            parts.append(
+                f"campaign {name}: ${spend.spent_usd:.4f} spent{cap_text}; {waiting} cell(s)"
+                f" never started, {unfinished} of {len(rows)} unfinished"
+            )
+        if not parts:
+            return None
+        return (
+            "arenad daemon: idle at a spend cap: "
+            + "; ".join(parts)
+            + ". Raise the cap (`arenad set-budget`, or the daemon's --max-usd) and run the"
+            " daemon again to go on."
+        )
 
     async def _reconcile(self, executor: Executor) -> None:
         while True:

@@ -45,7 +45,7 @@ from arenad.arms import (
     before_start_step,
     prepare_step,
 )
-from arenad.cell.machine import CellState, CellStatus, apply
+from arenad.cell.machine import SHUTDOWN_REASON, CellState, CellStatus, apply
 from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
@@ -117,7 +117,10 @@ class CellRunner:
         self.clock = clock
         self.executor = executor
         self.abort = asyncio.Event()
-        self.abort_reason = "daemon shutting down"
+        self.abort_reason = SHUTDOWN_REASON
+        # Who asked for the abort (the first request's): it decides whether the run's end
+        # is its result or an interruption (arenad.cell.machine.interrupt_cause).
+        self.abort_cause: ev.AbortCause | None = None
         self.writer = CellWriter(
             store,
             cell_id,
@@ -136,9 +139,16 @@ class CellRunner:
         # followed (nothing is recorded of it; the next daemon adopts it).
         self._leave = asyncio.Event()
 
-    def request_abort(self, reason: str, *, operator: bool = False) -> None:
+    def request_abort(
+        self, reason: str, *, operator: bool = False, cause: ev.AbortCause | None = None
+    ) -> None:
         """End the run in flight (or keep one from starting). An operator's abort also
-        interrupts a verify or judge in flight; a daemon's shutdown lets those finish."""
+        interrupts a verify or judge in flight; a daemon's shutdown lets those finish.
+        ``cause`` (default: the operator's when ``operator``, else the agent's) says who
+        ended the run; an abort that is not the agent's interrupts the attempt instead of
+        ending it with a result."""
+        if self.abort_cause is None:
+            self.abort_cause = cause or ("operator" if operator else "agent")
         self.abort_reason = reason
         self.abort.set()
         self._wake.set()
@@ -156,7 +166,7 @@ class CellRunner:
         if not abort_runs:
             self._leave.set()
         elif run is not None:
-            self.request_abort("daemon shutting down")
+            self.request_abort(SHUTDOWN_REASON, cause="shutdown")
             if force:
                 run.kill_now()
 
@@ -220,6 +230,9 @@ class CellRunner:
                     await self.materialize(state)
             case S.RUNNING:
                 await self.resume_running(state)
+            case S.ABORTED if state.interrupted is not None:
+                # Recorded before the interruption was (an older arenad): never verified.
+                await self._interrupt(state, [], reader=self._ingested(state.attempt))
             case S.COMPLETED | S.TIMED_OUT | S.ABORTED:
                 await self.verify(state)
             case S.VERIFIED:
@@ -563,6 +576,8 @@ class CellRunner:
                     wall_s=wall_s,
                     reason=cgroups.LIMIT_REASONS.get(end.limit, f"{end.limit} limit"),
                     limit=end.limit,
+                    # The agent's own doing, never an interruption, whatever its exit.
+                    cause="agent",
                 )
             case "exited":
                 assert end.code is not None
@@ -570,17 +585,23 @@ class CellRunner:
             case "timed_out":
                 outcome = ev.RunTimedOut(attempt=attempt, rc=groups.TIMEOUT_CODE, wall_s=wall_s)
             case "aborted":
+                # Without an abort request, the runner's own (its ingestion stopped): the
+                # cell then fails at ingest, as before causes were recorded.
                 outcome = ev.RunAborted(
                     attempt=attempt,
                     rc=groups.ABORT_CODE,
                     wall_s=wall_s,
                     reason=end.reason or self.abort_reason,
+                    cause=self.abort_cause if self.abort.is_set() else None,
                 )
             case "lost":
                 # The executor says what is known (how the wrapper died, or that no daemon
                 # watched it end): "lost with the daemon" only when that is what happened.
                 outcome = ev.RunAborted(
-                    attempt=attempt, rc=None, reason=end.reason or "lost with the daemon"
+                    attempt=attempt,
+                    rc=None,
+                    reason=end.reason or "lost with the daemon",
+                    cause="infrastructure",
                 )
             case "not_started":
                 # The wrapper ran but the agent never did (its binary could not start):
@@ -596,6 +617,9 @@ class CellRunner:
         events: list[Event] = [outcome, *_output_capped(state.run, end, attempt)]
         reader = self._ingested(attempt, sink)
         events += await self.arm.end_events(site, ctx, reader)
+        if apply(state, outcome, self.clock()).interrupted is not None:
+            await self._interrupt(state, events, reader=reader, also=sink.take_held())
+            return
         failed = end.how == "timed_out" or (end.how == "exited" and end.code != 0)
         infra = await self.arm.infra_cause(site, ctx, reader) if failed else None
         if infra is not None:
@@ -859,6 +883,57 @@ class CellRunner:
                 [*events, kept], also=[AppendRequest(stream, 0, [unavailable])]
             )
 
+    async def _interrupt(
+        self,
+        state: CellState,
+        before: Sequence[Event],
+        *,
+        reader: _IngestedReader,
+        also: Sequence[AppendRequest] = (),
+    ) -> None:
+        """Record that the attempt's run was interrupted (after ``before``, the run's end):
+        a failure that is not the agent's, never verified nor scored (no patch, no verify on
+        a workspace whose agent may still run), with what comes next in the same
+        transaction. Its spend is captured first (the arm's store, as any run's: the money
+        was spent; a capture that fails is a gap). The daemon's shutdown requeues the cell
+        as a new attempt (the next daemon runs it); an infrastructure loss is retried under
+        the infra retry policy; an operator's abort stays as it is until `arenad retry`."""
+        now = self.clock()
+        for event in before:
+            state = apply(state, event, now)
+        if state.run is not None and state.run_dir is not None and state.workspace is not None:
+            site = await self._site(state)
+            captures, recovered = await self._recovered(site, self._context(state), state, reader)
+            before = [*before, recovered]
+            also = [*also, *captures]
+            state = apply(state, recovered, now)
+        cause = state.interrupted
+        assert cause is not None
+        reason = next((e.reason for e in before if isinstance(e, ev.RunAborted)), None)
+        by = _INTERRUPTED_BY.get(cause, cause)
+        error = f"run interrupted by {by}" + (f": {reason}" if reason else "")
+        log.warning("%s: %s", self.cell_id, error)
+        failure = ev.CellFailed(
+            attempt=state.attempt,
+            stage="interrupted",
+            error=error[-4000:],
+            classification="infrastructure" if cause == "infrastructure" else "operator",
+            retryable=cause != "operator",
+        )
+        failed = apply(state, failure, now)
+        retry: ev.CellRetried | None = None
+        if cause == "shutdown":
+            retry = ev.CellRetried(
+                attempt=state.attempt + 1,
+                reason="interrupted by the daemon's shutdown: requeued as a new attempt",
+                requested_by="resume",
+            )
+        elif cause == "infrastructure":
+            retry = policy_retry(failed, failure, self.config.retry, now)
+        events = [*before, failure] if retry is None else [*before, failure, retry]
+        await self._append_with(events, also)
+        await self.executor.done_with(self.cell_id, state.attempt)
+
     async def _fail(
         self,
         state: CellState,
@@ -872,7 +947,10 @@ class CellRunner:
         """Record an infrastructure failure (after ``before``, e.g. the run's end), and the
         policy's new attempt in the same transaction when it asks for one (so a crash
         cannot separate them)."""
-        log.warning("%s: %s failed: %s", self.cell_id, stage, error)
+        if error.startswith(f"{stage}: "):
+            log.warning("%s: %s", self.cell_id, error)
+        else:
+            log.warning("%s: %s failed: %s", self.cell_id, stage, error)
         failure = ev.CellFailed(
             attempt=state.attempt,
             stage=stage,
@@ -887,6 +965,13 @@ class CellRunner:
         events = [*before, failure] if retry is None else [*before, failure, retry]
         await self._append_with(events, also)
         await self.executor.done_with(self.cell_id, state.attempt)
+
+
+_INTERRUPTED_BY = {
+    "shutdown": "the daemon's shutdown",
+    "operator": "the operator",
+    "infrastructure": "the infrastructure",
+}
 
 
 class _IngestedReader:

@@ -153,9 +153,12 @@ def classify_line(
     partial: bool = False,
     observed_at_ms: int | None = None,
     max_line: int = MAX_LINE_BYTES,
+    plain_text: bool = False,
 ) -> LineEvent:
     """One line (without its newline) as a LineIngested, LineMalformed or (longer than
-    ``max_line``) LineOversized event."""
+    ``max_line``) LineOversized event. ``plain_text``: the file is plain text (a command arm's
+    ``output = "text"``), not JSON lines: a line of valid UTF-8 without control
+    characters is ingested as it is (``kind`` None), never malformed for not being JSON."""
     if len(line) > max_line:
         big = _Oversized(line)
         return big.event(
@@ -173,6 +176,16 @@ def classify_line(
             encoding="base64",
             error=f"invalid UTF-8: {exc.reason} at byte {exc.start}",
             partial=partial,
+        )
+    if plain_text and _CONTROL.search(line) is None:
+        return LineIngested(
+            source=source,
+            path=path,
+            offset=offset,
+            length=len(line),
+            raw=text,
+            partial=partial,
+            observed_at_ms=observed_at_ms,
         )
     try:
         head = _head_decoder.decode(line)
@@ -243,14 +256,32 @@ class LineSplitter:
     buffer never holds more than ``max_line`` plus one feed.
     """
 
-    __slots__ = ("_big", "_big_done", "_buf", "_start", "max_line", "offset", "path", "source")
+    __slots__ = (
+        "_big",
+        "_big_done",
+        "_buf",
+        "_start",
+        "max_line",
+        "offset",
+        "path",
+        "source",
+        "text",
+    )
 
     def __init__(
-        self, source: str, path: str, offset: int = 0, *, max_line: int = MAX_LINE_BYTES
+        self,
+        source: str,
+        path: str,
+        offset: int = 0,
+        *,
+        max_line: int = MAX_LINE_BYTES,
+        text: bool = False,
     ) -> None:
         if max_line < 1:
             raise ValueError("max_line must be positive")
         self.source = source
+        # Plain text lines (classify_line's ``text``), not JSON.
+        self.text = text
         self.path = path
         self.offset = offset
         self.max_line = max_line
@@ -381,6 +412,7 @@ class LineSplitter:
                     off,
                     observed_at_ms=observed_at_ms,
                     max_line=limit,
+                    plain_text=self.text,
                 )
             )
             count += 1
@@ -432,6 +464,7 @@ class LineSplitter:
                     partial=True,
                     observed_at_ms=observed_at_ms,
                     max_line=self.max_line,
+                    plain_text=self.text,
                 )
             )
             nbytes += len(rest)

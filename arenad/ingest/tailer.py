@@ -69,7 +69,8 @@ from events.ingest import (
     LineOversized,
 )
 
-Mode = Literal["lines", "snapshot"]
+# "text": as "lines", each line plain text rather than JSON (a command arm's output).
+Mode = Literal["lines", "snapshot", "text"]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 """Bytes read per ``pread`` (1 MiB)."""
@@ -110,7 +111,9 @@ class FileTailer:
         self._last: LineEvent | None = self._committed.last_line
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None
-        self._splitter = LineSplitter(source, path, self._committed.offset, max_line=max_line)
+        self._splitter = LineSplitter(
+            source, path, self._committed.offset, max_line=max_line, text=mode == "text"
+        )
         self._confine = None if confine is None else os.path.realpath(confine)
         # Whether the refusal was returned (pending) and is in the log (committed).
         self._refused = self._refused_committed = False

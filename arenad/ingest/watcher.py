@@ -106,14 +106,18 @@ class GlobSelection:
     lines: tuple[str, ...] = ()
     snapshots: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    # Plain text lines (not JSON): ingested as they are, never malformed for it.
+    texts: tuple[str, ...] = ()
     _compiled: tuple[tuple[tuple[str, ...], Mode], ...] = field(
         init=False, repr=False, compare=False
     )
     _excluded: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compiled = tuple((_segments(p), "snapshot") for p in self.snapshots) + tuple(
-            (_segments(p), "lines") for p in self.lines
+        compiled = (
+            tuple((_segments(p), "snapshot") for p in self.snapshots)
+            + tuple((_segments(p), "text") for p in self.texts)
+            + tuple((_segments(p), "lines") for p in self.lines)
         )
         object.__setattr__(self, "_compiled", compiled)
         object.__setattr__(self, "_excluded", tuple(_segments(p) for p in self.exclude))
@@ -227,6 +231,8 @@ def file_source(name: str, file: Path, mode: Mode = "lines") -> WatchSource:
     """One file (e.g. ``<run>/brain.jsonl`` as source ``brain``), path = its name."""
     if mode == "snapshot":
         selection = GlobSelection(snapshots=(glob_escape(file.name),))
+    elif mode == "text":
+        selection = GlobSelection(texts=(glob_escape(file.name),))
     else:
         selection = GlobSelection(lines=(glob_escape(file.name),))
     return WatchSource(name, file.parent, selection, confine=file.parent)

@@ -38,9 +38,13 @@ class MaterializeError(ArenadError):
     """A workspace could not be materialized; ``stage`` names the step (seed labels)."""
 
     def __init__(self, stage: Stage, message: str) -> None:
-        super().__init__(f"{stage}: {message}")
+        # The text names the stage once: a message that already starts with it (a
+        # CommandError of the same stage) is not prefixed again (issue 29: "create-fail:
+        # create-fail: docker create ...").
+        prefix = f"{stage}: "
+        super().__init__(message if message.startswith(prefix) else prefix + message)
         self.stage: Stage = stage
-        self.message = message
+        self.message = message.removeprefix(prefix)
 
 
 class MaterializeResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,13 +26,22 @@ async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
 
 
 async def cell_rows(
-    db: aiosqlite.Connection, campaign: str | None = None, limit: int | None = None
+    db: aiosqlite.Connection,
+    campaign: str | None = None,
+    limit: int | None = None,
+    state: str | None = None,
 ) -> list[dict[str, Any]]:
     sql = f"SELECT {_STATUS_COLUMNS}, {_REASON_PARTS} FROM cells"
+    where: list[str] = []
     params: list[Any] = []
     if campaign is not None:
-        sql += " WHERE campaign = ?"
+        where.append("campaign = ?")
         params.append(campaign)
+    if state is not None:
+        where.append("state = ?")
+        params.append(state)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY campaign, instance_id, arm, rep"
     if limit is not None:
         sql += " LIMIT ?"
@@ -89,12 +98,16 @@ async def runnable_cells(
     exclude: Sequence[str] = (),
     limit: int | None = None,
     hold_campaigns: Sequence[str] = (),
+    only_campaigns: Sequence[str] = (),
 ) -> list[tuple[str, str]]:
     """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
     oldest first, but those in ``exclude`` (already running), at most ``limit``; of the
-    ``hold_campaigns``, only cells whose run started."""
+    ``hold_campaigns``, only cells whose run started; only of ``only_campaigns`` if any."""
     sql = f"SELECT cell_id, campaign FROM cells WHERE {RUNNABLE_WHERE}"
     params: list[object] = []
+    if only_campaigns:
+        sql += f" AND campaign IN ({','.join('?' * len(only_campaigns))})"
+        params += list(only_campaigns)
     if exclude:
         sql += f" AND cell_id NOT IN ({','.join('?' * len(exclude))})"
         params += list(exclude)

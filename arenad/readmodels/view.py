@@ -33,10 +33,12 @@ class CellsView(abc.ABC):
         exclude: Sequence[str] = (),
         limit: int | None = None,
         hold_campaigns: Sequence[str] = (),
+        only_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
         """(cell_id, campaign) of cells a daemon could move on (not terminal, not paused),
         oldest first, but those in ``exclude`` (already running), at most ``limit``. Of the
-        ``hold_campaigns`` (at their spend cap) only cells whose run started are listed."""
+        ``hold_campaigns`` (at their spend cap) only cells whose run started are listed;
+        with ``only_campaigns``, only their cells."""
 
     @abc.abstractmethod
     async def counts(self) -> list[tuple[str, int]]:
@@ -44,10 +46,10 @@ class CellsView(abc.ABC):
 
     @abc.abstractmethod
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
         """One status row per cell (``STATUS_COLUMNS`` and ``reason``: why it is where it
-        is, or None), by campaign, instance, arm, rep."""
+        is, or None), by campaign, instance, arm, rep; only those in ``state`` if given."""
 
     @abc.abstractmethod
     async def state(self, cell_id: str) -> CellState | None:
@@ -83,18 +85,23 @@ class SqliteCellsView(CellsView):
         exclude: Sequence[str] = (),
         limit: int | None = None,
         hold_campaigns: Sequence[str] = (),
+        only_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
         return await queries.runnable_cells(
-            self._store.connection, exclude=exclude, limit=limit, hold_campaigns=hold_campaigns
+            self._store.connection,
+            exclude=exclude,
+            limit=limit,
+            hold_campaigns=hold_campaigns,
+            only_campaigns=only_campaigns,
         )
 
     async def counts(self) -> list[tuple[str, int]]:
         return await queries.state_counts(self._store.connection)
 
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
-        return await queries.cell_rows(self._store.connection, campaign, limit)
+        return await queries.cell_rows(self._store.connection, campaign, limit, state)
 
     async def state(self, cell_id: str) -> CellState | None:
         return await queries.cell_state(self._store.connection, cell_id)
@@ -126,9 +133,11 @@ class FoldedCellsView(CellsView):
         exclude: Sequence[str] = (),
         limit: int | None = None,
         hold_campaigns: Sequence[str] = (),
+        only_campaigns: Sequence[str] = (),
     ) -> list[tuple[str, str]]:
         skip = set(exclude)
         held = set(hold_campaigns)
+        only = set(only_campaigns)
         found = sorted(
             (s.submitted_at_ms, s.cell_id, s.spec.campaign)
             for s in await self._states()
@@ -136,6 +145,7 @@ class FoldedCellsView(CellsView):
             and not s.paused
             and s.cell_id not in skip
             and not (s.spec.campaign in held and s.status in NOT_STARTED)
+            and (not only or s.spec.campaign in only)
         )
         return [(cell_id, campaign) for _, cell_id, campaign in found[:limit]]
 
@@ -146,9 +156,13 @@ class FoldedCellsView(CellsView):
         return sorted(tally.items())
 
     async def rows(
-        self, campaign: str | None = None, limit: int | None = None
+        self, campaign: str | None = None, limit: int | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:
-        states = [s for s in await self._states() if campaign in (None, s.spec.campaign)]
+        states = [
+            s
+            for s in await self._states()
+            if campaign in (None, s.spec.campaign) and state in (None, s.status.value)
+        ]
         states.sort(
             key=lambda s: (
                 s.spec.campaign,

@@ -114,6 +114,20 @@ def recover_tree(
     stream = capture_stream(cell_id, attempt)
     path = Path(db_path)
     captured: list[AgentSessionCaptured] | StoreUnavailable
+    if purpose == "command" and not path.exists():
+        # Any agent CLI: most keep no opencode store, so none is no failure to record
+        # (issue 29: a capture.store-unavailable for every command cell). Its figures would
+        # not be spend of record anyway.
+        return [], ev.CellRecovered(
+            attempt=attempt,
+            store_path=None,
+            store_available=False,
+            gap="no opencode store: the command kept none (none is expected of a command arm)",
+            spend=ev.SpendFigures(),
+            usage=usage,
+            spend_gap=COMMAND_STORE_GAP,
+            rejected=list(usage_rejected),
+        )
     if not path.exists():
         captured = StoreUnavailable(db_path, "the cell's opencode store does not exist")
     else:

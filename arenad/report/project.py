@@ -13,7 +13,10 @@ Decisions (where the issue is silent):
   ended in an infrastructure ``CellFailed`` *before* being verified (a verified attempt
   whose recovery then failed keeps its verified outcome: only its spend is lost);
   ``operator_failed`` for an operator's failure before the run (an abort of a queued
-  cell: the agent never ran); ``unresolved`` for an agent-classified failure;
+  cell: the agent never ran); ``interrupted`` when its run was ended by what was not the
+  agent (the daemon's shutdown, an operator's abort, a lost wrapper or node:
+  ``CellState.interrupted``, also for such runs that an older arenad verified);
+  ``unresolved`` for an agent-classified failure;
   ``pending`` otherwise. Earlier attempts (retried away) have no outcome.
 - **Resolved** = the attempt was scored (``CellVerified.scored``) and passed: a judge
   verdict's ``resolved`` (the latest of the attempt), when it is not null, overrides the
@@ -24,9 +27,17 @@ Decisions (where the issue is silent):
   verdict made in the agent's own workspace (``[verify] verify_in = "workspace"``) is
   self-reported: an arm's rate over any such verdict is labeled so, with their count
   (verdicts recorded before grading checkouts carry no ``verify_in`` and are not labeled).
-  Infrastructure and operator failures and pending cells are counted apart and are not
-  in the denominator. Its 95 % interval is Wilson's over the decided cells (reps are
-  treated as independent trials; the paired figures below keep instances as the unit).
+  Infrastructure and operator failures, interrupted and pending cells are counted apart
+  and are not in the denominator (``COUNTING`` says so in the report itself). Its 95 %
+  interval is clustered by instance: reps of one instance are not independent trials, so
+  it is Wilson's interval of the pooled rate with n = the instances that have a decided
+  rep (``ci_instances``), not the cells (instances × reps). That is conservative (as if
+  an instance's reps always agreed); with one rep per instance it is Wilson's over the
+  cells. Deterministic, no resampling.
+- **Campaigns** are reported apart: a report of several campaigns names each arm
+  "campaign/arm" and pairs arms only inside a campaign. ``pool`` counts same-named arms
+  of the campaigns together; the service refuses it when their specs differ
+  (``pool_conflicts``).
 - **pass@k** (k = 1..reps, reps = the most cells the arm has on one instance) averages
   the unbiased estimator over the instances with at least k decided reps; null when none
   has.
@@ -52,7 +63,7 @@ Decisions (where the issue is silent):
   discordant. ``diff`` is the mean over those instances of a's fraction minus b's;
   ``diff_ci95`` the percentile bootstrap over instances (``BOOTSTRAP_RESAMPLES`` draws,
   seed ``BOOTSTRAP_SEED``).
-- **Arms and instances** are grouped by name across the selected campaigns.
+- **Instances** are grouped by id across the selected campaigns.
 - **Spend over time**: one point per run as it settled (its ``CellRecovered``, else the
   ``CellFailed`` that ended it), the arm's cumulative known cost at that recorded time;
   a run of unknown cost adds nothing and is counted beside it. Sums are ``math.fsum``
@@ -61,6 +72,7 @@ Decisions (where the issue is silent):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -71,7 +83,14 @@ import msgspec
 
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost, run_tokens
-from arenad.report.stats import bootstrap_mean_ci, mcnemar_exact, pass_at_k, quantile, wilson
+from arenad.report.stats import (
+    bootstrap_mean_ci,
+    mcnemar_exact,
+    pass_at_k,
+    quantile,
+    wilson,
+    wilson_rate,
+)
 from events import cell as ev
 from events.base import Recorded
 
@@ -88,12 +107,18 @@ __all__ = [
     "SpendPoint",
     "build_report",
     "cell_facts",
+    "cell_outcome",
+    "pool_conflicts",
 ]
+
+_spec_encoder = msgspec.json.Encoder(order="deterministic")
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0x5EED_A2E4AD
 
-Outcome = Literal["resolved", "unresolved", "infra_failed", "operator_failed", "pending"]
+Outcome = Literal[
+    "resolved", "unresolved", "infra_failed", "operator_failed", "interrupted", "pending"
+]
 DECIDED: frozenset[str] = frozenset({"resolved", "unresolved"})
 
 
@@ -116,6 +141,8 @@ class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
     instance_id: str
     arm: str
     arm_kind: str
+    # The arm's whole spec, hashed: same-named arms of two campaigns pool only if equal.
+    arm_sha256: str = ""
     rep: int
     attempt: int
     outcome: Outcome
@@ -129,8 +156,11 @@ class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
+    # The arm's name; "campaign/name" in a report of several campaigns not pooled.
     arm: str
     kind: str
+    # Its campaign; None when pooled across campaigns.
+    campaign: str | None = None
     cells: int
     instances: int
     reps: int
@@ -139,9 +169,16 @@ class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
     resolved: int
     infra_failed: int
     operator_failed: int
+    # Runs ended by what was not the agent (the daemon's shutdown, an operator's abort, a
+    # lost node): never scored, never decided, whatever came after them in older logs.
+    interrupted: int = 0
     pending: int
     resolve_rate: float | None
+    # Clustered by instance (the instance-level Wilson, see the module's docstring).
     ci95: tuple[float, float] | None
+    # The interval's n: the instances with a decided rep (reps inside one are not
+    # independent trials); beside it, ``instances`` × ``reps`` cells.
+    ci_instances: int = 0
     pass_at_k: dict[str, float | None]
     runs: int
     cost_usd: float | None
@@ -196,6 +233,11 @@ class SpendPoint(msgspec.Struct, frozen=True, kw_only=True):
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     campaigns: list[str]
+    # Same-named arms of the campaigns counted together (``--pool``); else each campaign's
+    # arms apart.
+    pooled: bool = False
+    # How each kind of cell is counted (said once, in the report itself).
+    counting: str = ""
     bootstrap_resamples: int
     bootstrap_seed: int
     arms: list[ArmReport]
@@ -216,6 +258,10 @@ class _Run:
 
 
 def _outcome(state: CellState) -> tuple[Outcome, bool]:
+    if state.interrupted is not None:
+        # Before the interruption was recorded as such, such a run was verified (unscored):
+        # it is still not the agent's result.
+        return "interrupted", False
     verified = state.verified
     if verified is not None:
         if not verified.scored:
@@ -234,6 +280,11 @@ def _outcome(state: CellState) -> tuple[Outcome, bool]:
             case "agent":
                 return "unresolved", False
     return "pending", False
+
+
+def cell_outcome(state: CellState) -> Outcome:
+    """The outcome the report gives a cell of this state (its current attempt's)."""
+    return _outcome(state)[0]
 
 
 def _cost(kind: str, run: _Run) -> float | None:
@@ -272,6 +323,7 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
         instance_id=spec.instance.instance_id,
         arm=spec.arm.name,
         arm_kind=kind,
+        arm_sha256=hashlib.sha256(_spec_encoder.encode(spec.arm)).hexdigest(),
         rep=spec.rep,
         attempt=state.attempt,
         outcome=outcome,
@@ -308,8 +360,11 @@ def _ratio(num: float | None, den: float) -> float | None:
     return num / den if num is not None and den else None
 
 
-def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) -> ArmReport:
+def _arm(
+    name: str, campaign: str | None, cells: list[CellFacts], by_instance: dict[str, MatrixCell]
+) -> ArmReport:
     tally = _tally(cells)
+    clusters = sum(m.decided > 0 for m in by_instance.values())
     reps = max((m.cells for m in by_instance.values()), default=0)
     pass_k: dict[str, float | None] = {}
     for k in range(1, reps + 1):
@@ -328,6 +383,7 @@ def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) 
     return ArmReport(
         arm=name,
         kind=",".join(sorted({c.arm_kind for c in cells})),
+        campaign=campaign,
         cells=len(cells),
         instances=len(by_instance),
         reps=reps,
@@ -336,9 +392,11 @@ def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) 
         resolved=tally.resolved,
         infra_failed=sum(c.outcome == "infra_failed" for c in cells),
         operator_failed=sum(c.outcome == "operator_failed" for c in cells),
+        interrupted=sum(c.outcome == "interrupted" for c in cells),
         pending=sum(c.outcome == "pending" for c in cells),
         resolve_rate=_ratio(tally.resolved, tally.decided),
-        ci95=wilson(tally.resolved, tally.decided),
+        ci95=_clustered_ci(tally, clusters),
+        ci_instances=clusters,
         pass_at_k=pass_k,
         runs=len(runs),
         cost_usd=cost,
@@ -356,6 +414,17 @@ def _arm(name: str, cells: list[CellFacts], by_instance: dict[str, MatrixCell]) 
         self_reported=sum(c.self_reported and c.outcome in DECIDED for c in cells),
         tampered=sum(c.tampered for c in cells),
     )
+
+
+def _clustered_ci(tally: MatrixCell, clusters: int) -> tuple[float, float] | None:
+    """The instance-level Wilson interval: the pooled rate with n = the instances (reps of
+    one instance are not independent trials; counting each as one is conservative). With
+    one rep per instance it is Wilson's over the cells."""
+    if not tally.decided or not clusters:
+        return None
+    if clusters == tally.decided:
+        return wilson(tally.resolved, tally.decided)
+    return wilson_rate(tally.resolved / tally.decided, clusters)
 
 
 def _pair(a: str, b: str, ma: dict[str, MatrixCell], mb: dict[str, MatrixCell]) -> PairReport:
@@ -397,28 +466,68 @@ def _spend_points(cells: Iterable[CellFacts]) -> list[SpendPoint]:
     return points
 
 
-def build_report(facts: Iterable[CellFacts], campaigns: Sequence[str]) -> Report:
-    """The figures over every given cell (``campaigns``: the selection, for the record)."""
+def pool_conflicts(facts: Iterable[CellFacts]) -> list[str]:
+    """The arm names that differ between campaigns (same name, another spec): pooling
+    them would mix two agents under one name. One line each, sorted."""
+    specs: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for c in facts:
+        specs[c.arm][c.arm_sha256].add(c.campaign)
+    return [
+        f"arm {name!r} differs between campaigns "
+        + " and ".join(", ".join(sorted(camps)) for _, camps in sorted(by_spec.items()))
+        for name, by_spec in sorted(specs.items())
+        if len(by_spec) > 1
+    ]
+
+
+COUNTING = (
+    "Resolve rate = resolved / decided; decided = resolved + unresolved. Unresolved"
+    " includes unscored runs (timed out, non-zero exit, aborted by a hang, tampered"
+    " workspace) and agent failures: the agent had its chance. Not in the denominator:"
+    " infra failed (the infrastructure failed the attempt), operator failed (aborted"
+    " before its run), interrupted (its run ended by the daemon's shutdown, an operator's"
+    " abort or a lost node: not the agent's result) and pending cells. Only each cell's"
+    " current attempt counts. 95% CI: Wilson over the instances (n = instances with a"
+    " decided rep, not instances x reps)."
+)
+
+
+def build_report(
+    facts: Iterable[CellFacts], campaigns: Sequence[str], *, pool: bool = False
+) -> Report:
+    """The figures over every given cell (``campaigns``: the selection, for the record).
+    Each campaign's arms apart (named "campaign/arm" when there are several), unless
+    ``pool``: then same-named arms are one (the caller checks ``pool_conflicts``)."""
     cells = sorted(facts, key=lambda c: c.cell_id)
+    apart = not pool and len({c.campaign for c in cells}) > 1
+
+    def label(c: CellFacts) -> str:
+        return f"{c.campaign}/{c.arm}" if apart else c.arm
+
     by_arm: dict[str, list[CellFacts]] = defaultdict(list)
     grid: dict[str, dict[str, list[CellFacts]]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
-        by_arm[c.arm].append(c)
-        grid[c.arm][c.instance_id].append(c)
+        by_arm[label(c)].append(c)
+        grid[label(c)][c.instance_id].append(c)
     matrix = {
         arm: {iid: _tally(grid[arm][iid]) for iid in sorted(grid[arm])} for arm in sorted(grid)
     }
     arm_names = sorted(by_arm)
     instances = sorted({c.instance_id for c in cells})
+    campaign_of = {name: None if pool else by_arm[name][0].campaign for name in arm_names}
     return Report(
         campaigns=sorted(set(campaigns)),
+        pooled=pool,
+        counting=COUNTING,
         bootstrap_resamples=BOOTSTRAP_RESAMPLES,
         bootstrap_seed=BOOTSTRAP_SEED,
-        arms=[_arm(name, by_arm[name], matrix[name]) for name in arm_names],
+        arms=[_arm(name, campaign_of[name], by_arm[name], matrix[name]) for name in arm_names],
+        # Arms are compared only inside one campaign (unless pooled).
         pairs=[
             _pair(a, b, matrix[a], matrix[b])
             for i, a in enumerate(arm_names)
             for b in arm_names[i + 1 :]
+            if campaign_of[a] == campaign_of[b]
         ],
         instances=[
             InstanceRow(

@@ -113,15 +113,18 @@ class Grid(NamedTuple):
 
 def _outcomes(arms: Sequence[ArmReport]) -> Grid:
     head: tuple[str, ...] = ("arm", "kind", "cells", "scored", "resolved", "decided")
-    head += ("infra failed", "operator failed", "pending", "resolve rate", "95% CI", "pass@k")
+    head += ("infra failed", "operator failed", "interrupted", "pending")
+    head += ("resolve rate", "95% CI", "CI n", "pass@k")
     rows = [
         (
             a.arm,
             a.kind,
             *map(str, (a.cells, a.scored, a.resolved, a.decided, a.infra_failed)),
-            *map(str, (a.operator_failed, a.pending)),
+            *map(str, (a.operator_failed, a.interrupted, a.pending)),
             _rate(a),
             _ci(a.ci95),
+            # The interval's n (instances), beside the cells it summarises.
+            f"{a.ci_instances} of {a.instances}x{a.reps}",
             _pass_k(a),
         )
         for a in arms
@@ -206,7 +209,8 @@ def _rich(grid: Grid) -> Table:
 def terminal(report: Report) -> RenderableType:
     """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix."""
     names = ", ".join(report.campaigns) or "(none)"
-    parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}"))]
+    pooled = " (same-named arms pooled)" if report.pooled else ""
+    parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}{pooled}"))]
     if not report.arms:
         return Group(*parts, Text("no cells"))
     parts += [_rich(_outcomes(report.arms)), _rich(_spend(report.arms))]
@@ -217,6 +221,8 @@ def terminal(report: Report) -> RenderableType:
         parts.append(Text(f"{count} instances: the per-instance matrix is in --json and --html"))
     else:
         parts.append(_rich(_matrix(report)))
+    if report.counting:
+        parts.append(Text(printable(report.counting)))
     return Group(*parts)
 
 
@@ -423,7 +429,8 @@ def html_body(report: Report) -> str:
     names = ", ".join(report.campaigns) or "(none)"
     sections = [
         "<h1>arenad report</h1>",
-        f"<p>Campaigns: {_e(names)}. Computed from the event log only.</p>",
+        f"<p>Campaigns: {_e(names)}{' (same-named arms pooled)' if report.pooled else ''}."
+        " Computed from the event log only.</p>",
     ]
     if not arms:
         sections.append('<p class="note">No cells.</p>')
@@ -433,16 +440,16 @@ def html_body(report: Report) -> str:
         grids.append(_pairs(report.pairs))
     grids.append(_matrix(report))
     sections += [
-        "<h2>Resolve rate with its 95% Wilson interval</h2>",
+        "<h2>Resolve rate with its 95% Wilson interval over instances</h2>",
         _rate_plot(arms),
         "<h2>Cost against resolve rate</h2>",
         _cost_plot(arms),
         "<h2>Spend over time</h2>",
         _spend_plot(report.spend_over_time, arms),
         *(_html_grid(g) for g in grids),
+        f'<p class="note">{_e(report.counting)}</p>',
         '<p class="note">Resolved: scored and passed (a judge verdict, when recorded,'
-        " overrides verify). Decided: resolved or not; infrastructure and operator failures"
-        " and pending cells are counted apart. pass@k: the unbiased estimator over instances"
+        " overrides verify). pass@k: the unbiased estimator over instances"
         " with at least k decided reps. Pairs: per-instance resolve fractions; p is the"
         " exact McNemar (sign) test on the discordant instances; the interval is a"
         f" percentile bootstrap over instances ({report.bootstrap_resamples} resamples,"

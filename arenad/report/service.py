@@ -14,7 +14,7 @@ from rich.console import Console
 
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.report.project import CellFacts, Report, build_report, cell_facts
+from arenad.report.project import CellFacts, Report, build_report, cell_facts, pool_conflicts
 from arenad.report.render import html_page, terminal
 from arenad.store.base import EventStore
 from events.streams import CELL as CELL_PREFIX
@@ -27,9 +27,12 @@ def _campaign_of(stream: str) -> str:
     return cell_of(stream).split(":", 1)[0]
 
 
-async def report_store(store: EventStore, campaigns: Sequence[str] = ()) -> Report:
-    """The report over ``campaigns`` (every campaign in the log when empty). A named
-    campaign without a cell is the user's mistake (UserError), not an empty report."""
+async def report_store(
+    store: EventStore, campaigns: Sequence[str] = (), *, pool: bool = False
+) -> Report:
+    """The report over ``campaigns`` (every campaign in the log when empty), each
+    campaign's arms apart unless ``pool``. A named campaign without a cell, or pooling
+    same-named arms whose specs differ, is the user's mistake (UserError), not a report."""
     chosen = sorted(set(campaigns))
     streams: list[str] = []
     if chosen:
@@ -47,7 +50,9 @@ async def report_store(store: EventStore, campaigns: Sequence[str] = ()) -> Repo
         one = cell_facts(await store.read_stream(stream))
         if one is not None:
             facts.append(one)
-    return build_report(facts, chosen)
+    if pool and (conflicts := pool_conflicts(facts)):
+        raise UserError(f"--pool refused: {conflicts[0]} (report them apart, without --pool)")
+    return build_report(facts, chosen, pool=pool)
 
 
 def write_html(path: Path, page: bytes) -> None:
@@ -69,10 +74,12 @@ def write_html(path: Path, page: bytes) -> None:
         raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
-async def report(home: Home, campaigns: Sequence[str] = (), html: Path | None = None) -> Report:
+async def report(
+    home: Home, campaigns: Sequence[str] = (), html: Path | None = None, *, pool: bool = False
+) -> Report:
     """The report of ``home``'s log; with ``html``, also written there as one page."""
     async with open_store(home) as store:
-        result = await report_store(store, campaigns)
+        result = await report_store(store, campaigns, pool=pool)
     if html is not None:
         write_html(html, html_page(result))
     return result

@@ -20,6 +20,7 @@ __all__ = [
     "pass_at_k",
     "quantile",
     "wilson",
+    "wilson_rate",
 ]
 
 # The standard normal's 97.5th percentile: a two-sided 95 % interval.
@@ -46,6 +47,23 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None
     # The bounds are exactly 0 and 1 at the edges; rounding must not move them past.
     lo = 0.0 if successes == 0 else max(0.0, center - half)
     hi = 1.0 if successes == n else min(1.0, center + half)
+    return lo, hi
+
+
+def wilson_rate(p: float, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson's interval of a rate ``p`` observed over ``n`` effective trials (``n`` need
+    not divide the successes: a clustered rate with n = the clusters); None without
+    trials. Equals ``wilson(round(p * n), n)`` when p * n is whole."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"rate {p} outside [0, 1]")
+    if n <= 0:
+        return None
+    z2 = z * z
+    denom = 1 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    lo = 0.0 if p == 0.0 else max(0.0, center - half)
+    hi = 1.0 if p == 1.0 else min(1.0, center + half)
     return lo, hi
 
 

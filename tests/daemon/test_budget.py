@@ -239,12 +239,21 @@ def _command_home(tmp_path: Path, argv: list[str], extra: str = "") -> Home:
     return home
 
 
-def test_the_daemons_max_usd_caps_every_campaign(tmp_path: Path) -> None:
+def test_the_daemons_max_usd_caps_every_campaign(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from arenad.daemon.daemon import EXIT_AT_CAP
     from events.control import DaemonStarted
 
     home = _command_home(tmp_path, ["bash", "-c", f"echo '{STEP}'"])
     options = DaemonOptions(max_parallel=1, until_idle=True, max_usd=0.3)
-    asyncio.run(run_daemon(home, options, dict(os.environ)))
+    # Idle at the cap with cells left: its own exit status and one paragraph saying so
+    # (issue 29: it exited 0 with 68 cells never started).
+    assert asyncio.run(run_daemon(home, options, dict(os.environ))) == EXIT_AT_CAP
+    assert (
+        "arenad daemon: idle at a spend cap: campaign cmd: $0.4000 spent of its $0.3 cap;"
+        " 2 cell(s) never started, 2 of 3 unfinished."
+    ) in capsys.readouterr().err
     cells = _cells(home, "cmd")
     # The first cell's live cost (its stream's step, as it was ingested) crossed the cap;
     # the others never started.
@@ -259,10 +268,10 @@ def test_the_daemons_max_usd_caps_every_campaign(tmp_path: Path) -> None:
     assert [r.event.max_usd for r in recorded if isinstance(r.event, DaemonStarted)] == [0.3]
     # Recovered, a command arm's cost is unknown (as the report says), not the stream's:
     # the hold stays, as the log says the cap was reached.
-    asyncio.run(run_daemon(home, options, dict(os.environ)))
+    assert asyncio.run(run_daemon(home, options, dict(os.environ))) == EXIT_AT_CAP
     assert isinstance(_cells(home, "cmd")["cmd:i2:CMD:0"][-1], ev.CellSubmitted)
     # Without the daemon's cap the campaign has none: the next daemon runs the rest.
-    asyncio.run(run_daemon(home, DaemonOptions(until_idle=True), dict(os.environ)))
+    assert asyncio.run(run_daemon(home, DaemonOptions(until_idle=True), dict(os.environ))) == 0
     assert isinstance(_cells(home, "cmd")["cmd:i3:CMD:0"][-1], ev.CellRecovered)
     [figures] = status_json(home.root)["campaigns"]
     assert (figures["unknown_attempts"], figures["cap_usd"]) == (3, None)

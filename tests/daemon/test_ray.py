@@ -315,7 +315,15 @@ def test_a_frozen_node_is_lost_at_the_heartbeat_and_its_agent_ends_itself(
     recorded = _ended_on_its_own(home, cell, daemon, tmp_path / "daemon.err")
     err = (tmp_path / "daemon.err").read_text()
     assert "no answer from its node" in err, err[-3000:]
-    assert len(marker.read_text().split()) == 1
+    # Lost is interrupted, not the agent's result (issue 29): never verified, and retried
+    # under the infra retry policy as a new attempt, which ran the agent once more (the
+    # first one's group was dead before, see above).
+    events = _events(recorded, f"cell/{cell}")
+    failed = _of(events, ev.CellFailed)[0]
+    assert (failed.stage, failed.classification) == ("interrupted", "infrastructure")
+    assert [r.attempt for r in _of(events, ev.CellRetried)][:1] == [2]
+    assert not [v for v in _of(events, ev.CellVerified) if v.attempt == 1]
+    assert len(marker.read_text().split()) == 2
     lines = _lines(recorded, cell)
     assert [json.loads(e.raw)["i"] for e in lines] == list(range(1, len(lines) + 1))
     # Thawed, the actor's worker exits (Ray killed it, or it saw its raylet go).

@@ -347,3 +347,20 @@ def test_the_bounds_say_why() -> None:
     assert out_of_bounds(2, 1.0) == "over the ceiling of 1"
     assert out_of_bounds(1.0, 1.0) is None and out_of_bounds(-0.0, 1.0) is None
     assert attempt_usd(1e300) is None and attempt_usd(-1000) is None and attempt_usd(3) == 3.0
+
+
+def test_a_command_arm_without_a_store_records_no_store_failure(tmp_path: Path) -> None:
+    # Issue 29: every command cell logged capture.store-unavailable for a store it never
+    # had. No capture event; the CellRecovered says there was none, labelled.
+    captures, recovered = recover_tree(
+        Tools(), str(tmp_path / "none.db"), "c:i:CMD:0", 1, "command", None
+    )
+    assert captures == []
+    assert (recovered.store_available, recovered.store_path) == (False, None)
+    assert recovered.gap is not None and "kept none" in recovered.gap
+    assert recovered.spend_gap == COMMAND_STORE_GAP
+    # A solo arm's store is the daemon's to expect: its absence is a recorded failure.
+    captures, recovered = recover_tree(
+        Tools(), str(tmp_path / "none.db"), "c:i:SOLO:0", 1, "solo", None
+    )
+    assert len(captures) == 1 and not recovered.store_available

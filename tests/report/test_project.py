@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from arenad.home import Home, open_store
 from arenad.report.project import (
     ArmReport,
+    CellFacts,
     MatrixCell,
     Report,
     build_report,
     cell_facts,
+    pool_conflicts,
 )
 from arenad.report.render import json_bytes
 from arenad.report.service import report_store
@@ -28,9 +31,11 @@ from tests.events.samples import make_spec
 from tests.report.arena_log import T0, build_arena, run_events
 
 
-async def _report(home: Path, campaigns: tuple[str, ...] = ()) -> Report:
+async def _report(home: Path, campaigns: tuple[str, ...] = (), *, pool: bool = True) -> Report:
+    # Pooled: the arena's arms (ALPHA, BETA in "arena", GAMMA in "side") compared as one
+    # table, as the hand-worked figures are; reports apart: test_campaigns_report_apart.
     async with open_store(Home(home)) as store:
-        return await report_store(store, campaigns)
+        return await report_store(store, campaigns, pool=pool)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +63,11 @@ def test_alpha_outcomes(report: Report) -> None:
     assert (a.cells, a.decided, a.resolved, a.scored) == (8, 7, 5, 6)
     assert (a.infra_failed, a.operator_failed, a.pending) == (1, 0, 0)
     assert a.resolve_rate == 5 / 7
-    # Wilson 5/7 (worked out in test_stats): [0.358934, 0.917781].
-    assert a.ci95 == (pytest.approx(0.358934, abs=1e-6), pytest.approx(0.917781, abs=1e-6))
+    # Clustered by instance: Wilson of p = 5/7 with n = 4 instances (not 7 cells):
+    # z² = 3.841459; centre (p + z²/8) / (1 + z²/4) = 0.609311; half-width
+    # z·sqrt(p(1-p)/4 + z²/64) / (1 + z²/4) = 0.333163 -> [0.276146, 0.942472].
+    assert a.ci95 == (pytest.approx(0.276146, abs=1e-6), pytest.approx(0.942472, abs=1e-6))
+    assert a.ci_instances == 4
     # Per instance (resolved/decided): i1 2/2, i2 0/2, i3 1/1, i4 2/2.
     # pass@1 = mean(1, 0, 1, 1) = 0.75.
     # pass@2 over the instances with 2 decided reps (i1, i2, i4):
@@ -88,8 +96,9 @@ def test_beta_judge_overrides_verify_only_for_scored_runs(report: Report) -> Non
     # i4 r1's first attempt failed on infrastructure, its second (current) decided.
     assert (b.cells, b.decided, b.resolved, b.scored, b.infra_failed) == (8, 8, 2, 7, 0)
     assert b.resolve_rate == 0.25
-    # Wilson 2/8 (test_stats): [0.071479, 0.590725].
-    assert b.ci95 == (pytest.approx(0.071479, abs=1e-6), pytest.approx(0.590725, abs=1e-6))
+    # Clustered: Wilson of p = 0.25 with n = 4 instances (2 reps each, not 8 trials).
+    lo, hi = b.ci95 or (None, None)
+    assert lo == pytest.approx(0.045587, abs=1e-6) and hi == pytest.approx(0.699358, abs=1e-6)
     # Per instance: i1 1/2, i2 1/2, i3 0/2, i4 0/2. pass@1 = (0.5 + 0.5) / 4 = 0.25;
     # pass@2: i1 and i2 1 - C(1,2)/C(2,2) = 1, i3 and i4 0 -> 0.5.
     assert b.pass_at_k == {"1": 0.25, "2": 0.5}
@@ -215,3 +224,60 @@ def test_a_supervisor_costs_its_whole_tree() -> None:
 def test_no_cells_is_an_empty_report() -> None:
     empty = build_report([], [])
     assert (empty.arms, empty.pairs, empty.instances, empty.spend_over_time) == ([], [], [], [])
+
+
+# --------------------------------------------------------------------------- campaigns apart
+
+
+def _cell_facts(campaign: str, iid: str, run: str, *, model: str | None = None) -> CellFacts:
+    spec = make_spec(campaign=campaign, instance_id=iid, arm="SOLO")
+    if model is not None:
+        spec = msgspec.structs.replace(spec, arm=msgspec.structs.replace(spec.arm, model=model))
+    events = run_events(1, run, wall_s=1.0, cost=0.1, tokens=(1, 1))  # type: ignore[arg-type]
+    facts = cell_facts(_recorded([ev.CellSubmitted(spec=spec), *events]))
+    assert facts is not None
+    return facts
+
+
+def test_two_campaigns_with_a_same_named_arm_report_apart() -> None:
+    # Issue 29, finding 2: a SOLO row pooling two campaigns' SOLO arms.
+    facts = [_cell_facts("c1", "i1", "pass"), _cell_facts("c1", "i2", "pass")]
+    facts += [_cell_facts("c2", "i1", "fail"), _cell_facts("c2", "i2", "fail")]
+    apart = build_report(facts, ["c1", "c2"])
+    rows = {a.arm: (a.campaign, a.resolved, a.decided) for a in apart.arms}
+    assert rows == {"c1/SOLO": ("c1", 2, 2), "c2/SOLO": ("c2", 0, 2)}
+    assert apart.pairs == [] and not apart.pooled
+    # Pooled only when asked, and then one row.
+    pooled = build_report(facts, ["c1", "c2"], pool=True)
+    assert [(a.arm, a.campaign, a.resolved, a.decided) for a in pooled.arms] == [
+        ("SOLO", None, 2, 4)
+    ]
+    assert pool_conflicts(facts) == []
+
+
+def test_pooling_arms_whose_specs_differ_is_refused() -> None:
+    facts = [_cell_facts("c1", "i1", "pass"), _cell_facts("c2", "i1", "pass", model="other/m")]
+    assert pool_conflicts(facts) == ["arm 'SOLO' differs between campaigns c1 and c2"]
+
+
+def test_interrupted_runs_are_never_decided() -> None:
+    spec = make_spec(arm="SOLO")
+    events = run_events(1, "pass", wall_s=1.0, cost=0.1, tokens=(1, 1))
+    started = [e for e in events if isinstance(e, ev.RunStarted | ev.CellMaterialized)]
+    aborted = ev.RunAborted(attempt=1, rc=130, wall_s=1.0, reason="x", cause="shutdown")
+    failed = ev.CellFailed(
+        attempt=1, stage="interrupted", error="x", classification="operator", retryable=True
+    )
+    facts = cell_facts(_recorded([ev.CellSubmitted(spec=spec), *started, aborted, failed]))
+    assert facts is not None and facts.outcome == "interrupted"
+    # An older arenad verified (unscored) a run its daemon's shutdown aborted: still not
+    # the agent's result, read from the reason it recorded.
+    old = ev.RunAborted(attempt=1, rc=130, wall_s=1.0, reason="daemon shutting down")
+    verified = ev.CellVerified(attempt=1, scored=False, not_scored_reason="aborted (exit 130)")
+    recovered = ev.CellRecovered(attempt=1, store_available=False, spend=ev.SpendFigures())
+    facts = cell_facts(_recorded([ev.CellSubmitted(spec=spec), *started, old, verified, recovered]))
+    assert facts is not None and facts.outcome == "interrupted"
+    report = build_report([facts], ["demo"])
+    (arm,) = report.arms
+    assert (arm.interrupted, arm.decided, arm.resolve_rate) == (1, 0, None)
+    assert "interrupted" in report.counting
