@@ -181,6 +181,8 @@ KEYS: dict[str, str] = {
     "CommandArmFile.uses_model": "Whether it touches a model: then it runs under the "
     "secrets wrapper, and a provider failure is an infrastructure failure.",
     "CommandArmFile.kill_grace_s": "Seconds between TERM and KILL when the run is ended.",
+    "CommandArmFile.output": "`jsonl`: each stdout line is a JSON event (a bad line is recorded "
+    "malformed); `text`: plain text, each line ingested as text.",
     # -- instance rows
     "InstanceRow.instance_id": "The instance's id: part of the cell id and of its paths.",
     "InstanceRow.repo": "The repository (`owner/name`); the `git` materializer's default source.",
