@@ -727,6 +727,7 @@ def view(
         typer.Option(
             envvar="ARENAD_VIEW_TOKEN",
             help="Every request must carry it (?token= once, or Authorization: Bearer)."
+            " Default: the home's own (<home>/view.token, printed in the URL served)."
             " Prefer the environment variable: an argument shows in ps.",
         ),
     ] = None,

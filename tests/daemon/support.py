@@ -150,9 +150,10 @@ def env_with(**extra: str) -> dict[str, str]:
 
 class Beacon:
     """A TCP listener on localhost that appends every line it receives to ``path``: how a
-    sandboxed agent reports to a test. The sandbox hides the test's files from the agent
-    but keeps the network, so a fact the test must see even if the agent's cell is wiped
-    (re-materialized) travels this way; ``shell`` is the agent's side."""
+    sandboxed agent reports to a test. The sandbox hides the test's files from the agent;
+    a campaign on ``[sandbox] network = "host"`` keeps the host's loopback, so a fact the
+    test must see even if the agent's cell is wiped (re-materialized) travels this way;
+    ``shell`` is the agent's side."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -74,6 +74,11 @@ def _setup(
     home = tmp_path / "home"
     repo = tmp_path / "repo"
     base = make_repo(repo, {"a.txt": "a\n"})
+    # The agents report through a Beacon on the host's loopback: their network is the host's.
+    if "[sandbox]" in extra:
+        extra += '\nnetwork = "host"'
+    else:
+        arm_extra += '\n[sandbox]\nnetwork = "host"'
     camp = command_campaign(
         tmp_path / "c.toml",
         name="rs",
