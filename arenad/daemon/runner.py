@@ -4,6 +4,7 @@
     materialized -> launch the arm                     -> RunStarted
     running      -> follow (ingesting its files live)  -> RunCompleted | RunTimedOut | RunAborted
     ended        -> patch + verify (+ judge if scored) -> CellVerified (+ JudgeVerdictRecorded)
+                    each on a fresh grading checkout of base + the patch (arenad.verdict.grade)
                     + capture the agent's store           + captures + CellRecovered
     verified     -> capture the agent's store          -> captures + CellRecovered (one transaction)
 

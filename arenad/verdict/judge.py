@@ -5,7 +5,8 @@ A verdict document is a JSON object. Fields read: ``resolved`` (true/false/null)
 ``score`` (a number or null; else ``composite``), ``judge`` (a non-empty string; default
 the judge's name). The document is kept verbatim in ``JudgeVerdictRecorded.verdict_json``.
 
-The judge command runs after verify as ``bash -c <command>`` in the workspace, with the
+The judge command runs after verify as ``bash -c <command>`` in a grading checkout of its
+own (:mod:`arenad.verdict.grade`; the workspace with ``verify_in = "workspace"``), with the
 verify gate's environment (provider secrets removed: a judge must not pass a patch only
 because a key leaked in). Its stdout is the verdict, written to ``<run_dir>/judge.json``
 (the reference's name), its stderr to ``<run_dir>/judge.log``. A judge that fails, times

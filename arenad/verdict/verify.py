@@ -1,5 +1,6 @@
-"""The verify gate: ``bash -c <verify_cmd>`` in the workspace, provider secrets stripped,
-confined to the cell's sandbox (the agent's view: it runs the agent's files).
+"""The verify gate: ``bash -c <verify_cmd>`` in the directory it is given (the grading
+checkout of base + the stored patch, :mod:`arenad.verdict.grade`; the agent's workspace only
+with ``verify_in = "workspace"``), provider secrets stripped, confined to the sandbox given.
 
 A test must not pass only because a key leaked in, so the gate's env loses every provider
 secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as

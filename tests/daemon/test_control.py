@@ -69,8 +69,8 @@ async def test_abort_running_cell(tmp_path: Path) -> None:
 @pytest.mark.parametrize("step", ["verify", "judge"])
 async def test_an_operator_abort_stops_verify_and_the_judge(tmp_path: Path, step: str) -> None:
     home = tmp_path / "home"
-    # Verify and the judge are confined to the cell: the marker is in the workspace.
-    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/ws/started"
+    # Verify and the judge run on the cell's grading checkout: the marker is there.
+    marker = home / "campaigns/ctl/rep-0/attempt-1/runs/i1/CMD/grade/ws/started"
     hold = "touch started; exec sleep 600"
     verdict = json.dumps(json.dumps({"resolved": True}))
     camp = _campaign(
