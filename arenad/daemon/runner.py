@@ -902,6 +902,7 @@ class CellRunner:
         now = self.clock()
         for event in before:
             state = apply(state, event, now)
+        site: Site | None = None
         if state.run is not None and state.run_dir is not None and state.workspace is not None:
             site = await self._site(state)
             captures, recovered = await self._recovered(site, self._context(state), state, reader)
@@ -933,6 +934,9 @@ class CellRunner:
             retry = policy_retry(failed, failure, self.config.retry, now)
         events = [*before, failure] if retry is None else [*before, failure, retry]
         await self._append_with(events, also)
+        if site is not None:
+            # What the arm leaves beside a recovered run (result.json), for this attempt.
+            await self.arm.after_recovered(site, self._context(state), failed, reader)
         await self.executor.done_with(self.cell_id, state.attempt)
 
     async def _fail(

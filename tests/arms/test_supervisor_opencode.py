@@ -433,7 +433,11 @@ def test_hanging_workers_are_ended_and_their_spend_is_recovered(
     started = _one(cell, ev.RunStarted)
     # Driver and opencode workers were one process group; none of it lives on.
     assert live_group_members(started.pgid) == []  # type: ignore[attr-defined]
-    assert _one(cell, ev.CellVerified).scored is False  # type: ignore[attr-defined]
+    # An operator's abort interrupts the run (issue 29): never verified, not the agent's
+    # result; its spend is recovered all the same (below).
+    assert aborted.cause == "operator"  # type: ignore[attr-defined]
+    assert not [e for e in cell if isinstance(e, ev.CellVerified)]
+    assert _one(cell, ev.CellFailed).stage == "interrupted"  # type: ignore[attr-defined]
 
     sup = run_dir / "ws" / SUP_RUN
     assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
