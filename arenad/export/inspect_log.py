@@ -11,11 +11,15 @@ recorder (``inspect_ai.log``'s ``EvalRecorder``) and read by ``read_eval_log`` a
 - ``model_usage`` is the line's tokens and cost (an unknown figure is left out).
 
 Determinism: every id and time comes from the log (eval and run ids are derived from
-the log's head and the campaign × arm; sample times are the run's); Inspect stamps each
+the log's head and the campaign × arm; ``created`` is when its first cell's line was
+captured; sample times are the run's); Inspect stamps each
 zip member with the time it wrote it, so the finished files are rewritten with the zip
 format's fixed epoch, 1980-01-01, and the members in the order Inspect wrote them.
 Memory: samples are flushed to the file every ``FLUSH_SAMPLES``; the open groups' files
-are written side by side as the cells come in ledger order.
+are written side by side as the cells come in ledger order. Inspect's recorder keeps
+every sample's summary until it writes ``summaries.json`` at the end, so memory grows
+with a log's samples (measured: 166 MiB at 2 000 cells, 361 MiB at 20 000), unlike the
+other exports.
 """
 
 from __future__ import annotations
@@ -110,7 +114,9 @@ class InspectWriter:
         self.groups: dict[tuple[str, str], _Group] = {}
         self.records = 0
 
-    async def _group(self, cell: ExportCell) -> _Group:
+    async def _group(self, cell: ExportCell, created: str) -> _Group:
+        """The log of the cell's campaign × arm, begun at its first cell (``created``:
+        when that cell's line was captured, a time of the log)."""
         from inspect_ai.log import EvalConfig, EvalDataset, EvalPlan, EvalSpec
 
         spec = cell.spec
@@ -123,7 +129,7 @@ class InspectWriter:
         eval_spec = EvalSpec(
             eval_id=_uuid("eval", *ids),
             run_id=_uuid("run", str(self.head.seq), str(self.head.hash)),
-            created=iso_ms(0),
+            created=created,
             task=f"{spec.campaign}/{spec.arm.name}",
             task_id=_uuid("task", spec.campaign, spec.arm.name),
             dataset=EvalDataset(name=spec.suite),
@@ -156,7 +162,7 @@ class InspectWriter:
             return
         last = heads[-1]
         line = last.line
-        group = await self._group(cell)
+        group = await self._group(cell, line["provenance"]["captured_at"])
         outcome = line["outcome"]
         cost = line["cost"]
         reward = outcome["reward"]
