@@ -340,7 +340,8 @@ async def run_swebench_judge(
         limits,
         command=["/bin/bash", "-c", _RUN_SCRIPT.format(limit=f"{spec.timeout_s + 30:.0f}")],
         stdin=True,
-        labels={"arenad.judge": grading.instance_id},
+        # Whose grade it is: what a reaper (or an operator) finds leftovers by.
+        labels={"arenad.judge": grading.instance_id, "arenad.run_dir": str(run_dir)},
         docker=docker,
     )
     log_path = run_dir / "judge.log"
