@@ -177,7 +177,8 @@ def _registry_name(name: str, registry: Any) -> str | None:
 
 def _heredoc(path: str, data: str) -> str:
     # Base64 lines cannot end the here-document early, whatever the patch holds.
-    b64 = base64.encodebytes(data.encode("utf-8")).decode("ascii")
+    # surrogateescape: a patch's bytes that are not UTF-8 go through unchanged.
+    b64 = base64.encodebytes(data.encode("utf-8", "surrogateescape")).decode("ascii")
     return f"base64 -d > {path} <<'ARENAD_EOF'\n{b64}ARENAD_EOF\n"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
 import json
 from pathlib import Path
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from arenad.verdict.judge import run_judge
-from arenad.verdict.swebench import APPLY_COMMANDS, GradingError, grading_of, judge_script
+from arenad.verdict.swebench import (
+    APPLY_COMMANDS,
+    Grading,
+    GradingError,
+    grading_of,
+    judge_script,
+)
 from events.cell import JudgeVerdictRecorded
 from events.specs import JudgeSpec
 from scripts.local_swebench import PROJECT, strip_blocks
@@ -216,3 +223,20 @@ async def test_tests_that_exhaust_the_memory_limit_are_unresolved(
         "cpus": None,
         "network": "none",
     }
+
+
+def test_a_patch_of_any_bytes_reaches_the_container_unchanged() -> None:
+    grading = Grading(
+        instance_id="a__b-1",
+        repo="a/b",
+        version="1",
+        image="i:1",
+        base_commit="0" * 40,
+        test_patch="--- a/t.py\n+++ b/t.py\n",
+        fail_to_pass=[],
+        pass_to_pass=[],
+    )
+    raw = b"--- a/x\n+++ b/x\n+\xff\xfe latin-1 \xe9 and ARENAD_EOF\n"
+    script = judge_script(grading, raw.decode("utf-8", "surrogateescape"), "true")
+    body = script.split("base64 -d > /tmp/arenad-model.patch <<'ARENAD_EOF'\n")[1]
+    assert base64.b64decode(body.split("ARENAD_EOF\n")[0]) == raw
