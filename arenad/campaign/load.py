@@ -128,7 +128,12 @@ from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
 from arenad.sandbox.confine import share_problem, user_homes
 from arenad.sandbox.network import Network, default_network, uses_model
-from arenad.verdict.swebench import GradingError, grading_of, log_parser_problem
+from arenad.verdict.swebench import (
+    GradingError,
+    check_gradable,
+    grading_of,
+    log_parser_problem,
+)
 from events.control import InstanceSelection
 from events.specs import (
     DEFAULT_EXCLUDES,
@@ -832,16 +837,13 @@ def _judge(parsed: JudgeFile | None, where: str) -> JudgeSpec | None:
         return JudgeSpec(command=parsed.command, name=parsed.name, timeout_s=parsed.timeout_s)
     if parsed.command:
         raise CampaignError(f'{where}: [judge] command is for kind = "command"')
-    if not parsed.test_cmd or not parsed.test_cmd.strip():
-        raise CampaignError(f'{where}: [judge] test_cmd is required (kind = "swebench")')
-    if not parsed.log_parser:
-        raise CampaignError(
-            f'{where}: [judge] log_parser is required (kind = "swebench"): one of swebench\'s'
-            ' parser names, e.g. "pytest"'
-        )
-    problem = log_parser_problem(parsed.log_parser)
-    if problem is not None:
-        raise CampaignError(f"{where}: [judge] log_parser: {problem}")
+    # Either may be left to the rows' own eval_script / log_parser columns (checked per row).
+    if parsed.test_cmd is not None and not parsed.test_cmd.strip():
+        raise CampaignError(f"{where}: [judge] test_cmd must not be empty")
+    if parsed.log_parser is not None:
+        problem = log_parser_problem(parsed.log_parser)
+        if problem is not None:
+            raise CampaignError(f"{where}: [judge] log_parser: {problem}")
     if parsed.memory_mb < 16:
         raise CampaignError(f"{where}: [judge] memory_mb must be at least 16")
     if parsed.pids < 8:
@@ -891,6 +893,11 @@ def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpe
     if r.judge is not None and r.judge.kind == "swebench":
         try:
             grading = grading_of(instance)
+            check_gradable(grading, r.judge)
+            if r.judge.log_parser is None:
+                problem = log_parser_problem(grading.log_parser or "")
+                if problem is not None:
+                    raise GradingError(f"log_parser: {problem}")
         except GradingError as exc:
             raise CampaignError(
                 f'{where}: instance {instance.instance_id!r}: [judge] kind = "swebench": {exc}'

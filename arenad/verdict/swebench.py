@@ -52,6 +52,7 @@ __all__ = [
     "APPLY_COMMANDS",
     "Grading",
     "GradingError",
+    "check_gradable",
     "grading_of",
     "judge_script",
     "log_parser_problem",
@@ -107,6 +108,10 @@ class Grading(msgspec.Struct, frozen=True, kw_only=True):
     test_patch: str
     fail_to_pass: list[str]
     pass_to_pass: list[str]
+    # The row's own grading columns, where the dataset carries them (swebench's eval
+    # script and parser name): used when the campaign names no test_cmd / log_parser.
+    eval_script: str | None = None
+    log_parser: str | None = None
 
 
 def _tests(value: Any, column: str) -> list[str]:
@@ -131,6 +136,10 @@ def grading_of(instance: InstanceSpec) -> Grading:
         if column not in extra:
             raise GradingError(f"{column} is missing (SWE-bench's column)")
     version = extra.get("version", "")
+    own = {k: extra.get(k) for k in ("eval_script", "log_parser")}
+    for column, value in own.items():
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise GradingError(f"{column} must be a non-empty string")
     return Grading(
         instance_id=instance.instance_id,
         repo=instance.repo,
@@ -140,7 +149,17 @@ def grading_of(instance: InstanceSpec) -> Grading:
         test_patch=test_patch,
         fail_to_pass=_tests(extra["FAIL_TO_PASS"], "FAIL_TO_PASS"),
         pass_to_pass=_tests(extra["PASS_TO_PASS"], "PASS_TO_PASS"),
+        eval_script=own["eval_script"],
+        log_parser=own["log_parser"],
     )
+
+
+def check_gradable(grading: Grading, spec: JudgeSpec) -> None:
+    """GradingError unless the judge has a test command and a parser for this instance."""
+    if spec.test_cmd is None and grading.eval_script is None:
+        raise GradingError("no eval_script column, and [judge] names no test_cmd")
+    if spec.log_parser is None and grading.log_parser is None:
+        raise GradingError("no log_parser column, and [judge] names no log_parser")
 
 
 def _swebench() -> tuple[Any, Any, Any, Any]:
@@ -177,12 +196,30 @@ def _registry_name(name: str, registry: Any) -> str | None:
 
 def _heredoc(path: str, data: str) -> str:
     # Base64 lines cannot end the here-document early, whatever the patch holds.
-    b64 = base64.encodebytes(data.encode("utf-8")).decode("ascii")
+    # surrogateescape: a patch's bytes that are not UTF-8 go through unchanged.
+    b64 = base64.encodebytes(data.encode("utf-8", "surrogateescape")).decode("ascii")
     return f"base64 -d > {path} <<'ARENAD_EOF'\n{b64}ARENAD_EOF\n"
 
 
-def judge_script(grading: Grading, patch: str, test_cmd: str) -> str:
-    """The bash program the judge's container runs (its stdin is /dev/null)."""
+def _with_exit_code(eval_script: str) -> str:
+    """The row's eval script recording its test command's exit status after the end marker
+    (swebench's record_test_exit_code: its script's own exit status is the last reset's)."""
+    out: list[str] = []
+    done = False
+    for line in eval_script.split("\n"):
+        if not done and END_TEST_OUTPUT in line:
+            out += ["SWEBENCH_TEST_EXIT_CODE=$?", line]
+            out.append(f'echo "{TEST_EXIT_CODE}: $SWEBENCH_TEST_EXIT_CODE"')
+            done = True
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def judge_script(grading: Grading, patch: str, test_cmd: str | None) -> str:
+    """The bash program the judge's container runs (its stdin is /dev/null). ``test_cmd``
+    None: after the patch, the row's own eval script (it checks the test files out, applies
+    the test patch and runs the tests between the markers, as the harness's eval.sh)."""
     base = shlex.quote(grading.base_commit)
     modified = sorted(set(_MODIFIED.findall(grading.test_patch)))
     created = sorted(set(_CREATED.findall(grading.test_patch)))
@@ -219,6 +256,10 @@ def judge_script(grading: Grading, patch: str, test_cmd: str) -> str:
         "fi",
         f'if [ "$applied" = 0 ]; then echo "{APPLY_PATCH_FAIL}"; exit 0; fi',
     ]
+    if test_cmd is None:
+        script = _with_exit_code(grading.eval_script or "")
+        lines += [_heredoc("/tmp/arenad-eval.sh", script), "bash /tmp/arenad-eval.sh"]
+        return "\n".join(lines) + "\n"
     if created:
         lines.append("rm -rf -- " + " ".join(shlex.quote(p) for p in created))
     if modified:
@@ -281,8 +322,8 @@ def _verdict_doc(spec: JudgeSpec, grading: Grading, **fields: Any) -> dict[str, 
         "kind": "swebench",
         "instance_id": grading.instance_id,
         "image": grading.image,
-        "log_parser": spec.log_parser,
-        "test_cmd": spec.test_cmd,
+        "log_parser": spec.log_parser or grading.log_parser,
+        "test_cmd": spec.test_cmd if spec.test_cmd is not None else "(the row's eval_script)",
         **fields,
     }
 
@@ -310,8 +351,10 @@ async def run_swebench_judge(
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         grading = grading_of(instance)
+        check_gradable(grading, spec)
     except GradingError as exc:
         return SwebenchOutcome(doc=None, error=f"instance cannot be graded: {exc}", log_path=None)
+    parser = spec.log_parser or grading.log_parser or ""
     patch = ""
     if patch_path is not None:
         patch = await asyncio.to_thread(
@@ -324,12 +367,12 @@ async def run_swebench_judge(
         )
         return SwebenchOutcome(doc=doc, error=None, log_path=None)
     try:
-        problem = await asyncio.to_thread(log_parser_problem, spec.log_parser or "")
+        problem = await asyncio.to_thread(log_parser_problem, parser)
     except Exception as exc:  # an extra that fails to import is no verdict, not a crash
         problem = f"swebench could not be loaded: {type(exc).__name__}: {exc}"
     if problem is not None:
         return SwebenchOutcome(doc=None, error=problem, log_path=None)
-    script = judge_script(grading, patch, spec.test_cmd or "")
+    script = judge_script(grading, patch, spec.test_cmd)
     name = f"arenad-judge-{secrets.token_hex(6)}"
     limits = ContainerLimits(memory_mb=spec.memory_mb, pids=spec.pids, cpus=spec.cpus)
     # A test reading its stdin reads nothing of the script (nor is the script bounded by
@@ -340,7 +383,8 @@ async def run_swebench_judge(
         limits,
         command=["/bin/bash", "-c", _RUN_SCRIPT.format(limit=f"{spec.timeout_s + 30:.0f}")],
         stdin=True,
-        labels={"arenad.judge": grading.instance_id},
+        # Whose grade it is: what a reaper (or an operator) finds leftovers by.
+        labels={"arenad.judge": grading.instance_id, "arenad.run_dir": str(run_dir)},
         docker=docker,
     )
     log_path = run_dir / "judge.log"
@@ -405,9 +449,7 @@ async def run_swebench_judge(
         )
         return SwebenchOutcome(doc=doc, error=None, log_path=str(log_path))
     try:
-        report = await asyncio.to_thread(
-            _grade, grading, spec.log_parser or "", patch, log_path, arm
-        )
+        report = await asyncio.to_thread(_grade, grading, parser, patch, log_path, arm)
     except Exception as exc:
         return SwebenchOutcome(
             doc=None,

@@ -48,11 +48,31 @@ def test_a_swebench_judge_goes_into_every_cell(tmp_path: Path) -> None:
     }
 
 
+def test_the_rows_own_grading_columns_stand_in_for_the_keys(tmp_path: Path) -> None:
+    row = {**ROW, "eval_script": "cd /testbed && pytest", "log_parser": "parse_log_pytest"}
+    (cell,) = load_campaign(campaign(tmp_path, 'kind = "swebench"', row)).cells
+    assert cell.judge is not None and cell.judge.test_cmd is None
+    assert cell.instance.extra["eval_script"] == "cd /testbed && pytest"
+
+
 @pytest.mark.parametrize(
     ("judge", "row", "expected"),
     [
-        ('kind = "swebench"\nlog_parser = "pytest"', ROW, "[judge] test_cmd is required"),
-        ('kind = "swebench"\ntest_cmd = "x"', ROW, "[judge] log_parser is required"),
+        (
+            'kind = "swebench"\nlog_parser = "pytest"',
+            {**ROW, "log_parser": "x"},
+            "no eval_script column, and [judge] names no test_cmd",
+        ),
+        (
+            'kind = "swebench"\ntest_cmd = "x"',
+            {**ROW, "eval_script": "x"},
+            "no log_parser column, and [judge] names no log_parser",
+        ),
+        (
+            'kind = "swebench"',
+            {**ROW, "eval_script": "x", "log_parser": "nosuch"},
+            "log_parser: swebench has no log parser 'nosuch'",
+        ),
         (GOOD.replace('"pytest"', '"nosuch"'), ROW, "swebench has no log parser 'nosuch'"),
         (GOOD + '\ncommand = "echo {}"', ROW, '[judge] command is for kind = "command"'),
         ('command = "echo {}"\ntest_cmd = "x"', ROW, '[judge] test_cmd is for kind = "swebench"'),
@@ -79,4 +99,4 @@ def test_a_bad_swebench_judge_is_exit_2_with_one_line(tmp_path: Path) -> None:
     assert arenad(tmp_path / "home", "init").returncode == 0
     done = arenad(tmp_path / "home", "submit", str(path))
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "[judge] test_cmd" in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "names no test_cmd" in done.stderr

@@ -4,10 +4,11 @@ real image, the ledger's reward (a real docker engine; skipped, saying why, with
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from events import cell as ev
-from tests.daemon.support import cli, read_all, start_daemon
+from tests.daemon.support import cli, read_all, start_daemon, wait_for
 from tests.swebench_support import LocalSwebench, local_swebench  # noqa: F401
 
 IID = "arenad__textkit-3"
@@ -96,3 +97,50 @@ def test_submit_refuses_an_instance_whose_image_is_missing(
     assert done.returncode == 2, done.stderr
     assert "arenad__missing-1" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _judge_containers(home: Path) -> list[str]:
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label=arenad.judge={IID}",
+            "--format",
+            '{{.Names}} {{.Label "arenad.run_dir"}}',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split()[0] for line in out.splitlines() if f" {home}/" in line]
+
+
+def test_a_daemon_killed_mid_grade_grades_once_and_leaves_no_container(
+    local_swebench: LocalSwebench,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    gold = (local_swebench.parquet.parents[1] / "gold.toml").read_text()
+    camp = tmp_path / "c.toml"
+    # A slow test command: the daemon is killed while the judge's container runs it.
+    camp.write_text(
+        gold.replace(
+            'name = "swebench-local-gold"', f'name = "kg"\ninstance_ids = ["{IID}"]'
+        ).replace('test_cmd = "', 'test_cmd = "sleep 6; ')
+    )
+    assert cli(home, "init").returncode == 0
+    assert cli(home, "submit", str(camp)).returncode == 0
+    first = start_daemon(home, stderr=tmp_path / "daemon1.err")
+    try:
+        wait_for(lambda: _judge_containers(home), "the judge's container", timeout_s=300)
+    finally:
+        first.kill()
+        first.wait()
+    second = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon2.err")
+    assert second.wait(timeout=600) == 0, (tmp_path / "daemon2.err").read_text()
+    verdicts = [r.event for r in read_all(home) if isinstance(r.event, ev.JudgeVerdictRecorded)]
+    assert [(v.attempt, v.resolved) for v in verdicts] == [(1, True)]  # type: ignore[attr-defined]
+    # The orphaned container bounded itself and was removed (--rm); none is left over.
+    wait_for(lambda: not _judge_containers(home), "no judge container left", timeout_s=120)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from arenad.verdict.judge import run_judge
-from arenad.verdict.swebench import APPLY_COMMANDS, GradingError, grading_of, judge_script
+from arenad.verdict.swebench import (
+    APPLY_COMMANDS,
+    Grading,
+    GradingError,
+    grading_of,
+    judge_script,
+)
 from events.cell import JudgeVerdictRecorded
-from events.specs import JudgeSpec
+from events.specs import InstanceSpec, JudgeSpec
 from scripts.local_swebench import PROJECT, strip_blocks
 from tests.swebench_support import LocalSwebench, local_swebench  # noqa: F401
 
@@ -216,3 +224,71 @@ async def test_tests_that_exhaust_the_memory_limit_are_unresolved(
         "cpus": None,
         "network": "none",
     }
+
+
+def test_a_patch_of_any_bytes_reaches_the_container_unchanged() -> None:
+    grading = Grading(
+        instance_id="a__b-1",
+        repo="a/b",
+        version="1",
+        image="i:1",
+        base_commit="0" * 40,
+        test_patch="--- a/t.py\n+++ b/t.py\n",
+        fail_to_pass=[],
+        pass_to_pass=[],
+    )
+    raw = b"--- a/x\n+++ b/x\n+\xff\xfe latin-1 \xe9 and ARENAD_EOF\n"
+    script = judge_script(grading, raw.decode("utf-8", "surrogateescape"), "true")
+    body = script.split("base64 -d > /tmp/arenad-model.patch <<'ARENAD_EOF'\n")[1]
+    assert base64.b64decode(body.split("ARENAD_EOF\n")[0]) == raw
+
+
+def _with_eval_script(lsb: LocalSwebench) -> InstanceSpec:
+    """The instance as a dataset that carries its own grading columns would give it: the
+    harness's eval script (reset the test files, apply test_patch, run the tests between
+    the markers under `set -x`, reset again) and the parser's registry name."""
+    instance = lsb.instance(IID)
+    base = instance.base_commit
+    test_patch = lsb.rows[IID]["test_patch"]
+    eval_script = "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            "cd /testbed",
+            f"git checkout {base} tests/test_stats.py",
+            "git apply -v - <<'EOF_114329324912'",
+            test_patch.rstrip("\n"),
+            "EOF_114329324912",
+            ": '>>>>> Start Test Output'",
+            TEST_CMD,
+            ": '>>>>> End Test Output'",
+            f"git checkout {base} tests/test_stats.py",
+        ]
+    )
+    extra = {**instance.extra, "eval_script": eval_script, "log_parser": "parse_log_pytest"}
+    return msgspec.structs.replace(instance, extra=extra)
+
+
+@pytest.mark.parametrize(("patch", "resolved"), [("gold", True), ("wrong", False)])
+async def test_the_rows_own_eval_script_grades_when_the_campaign_names_none(
+    local_swebench: LocalSwebench,  # noqa: F811
+    tmp_path: Path,
+    patch: str,
+    resolved: bool,
+) -> None:
+    text = local_swebench.rows[IID]["patch"] if patch == "gold" else WRONG_FIX
+    (tmp_path / "p.patch").write_text(text)
+    spec = JudgeSpec(kind="swebench", timeout_s=120)
+    event = await run_judge(
+        spec,
+        attempt=1,
+        workspace=tmp_path,
+        run_dir=tmp_path / "run",
+        instance=_with_eval_script(local_swebench),
+        patch_path=str(tmp_path / "p.patch"),
+    )
+    doc = json.loads(event.verdict_json)
+    assert event.resolved is resolved, doc
+    assert doc["log_parser"] == "parse_log_pytest" and doc["test_exit_code"] == (
+        0 if resolved else 1
+    )
