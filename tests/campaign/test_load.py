@@ -21,6 +21,7 @@ from events.specs import (
     SoloArm,
     SupervisorArm,
 )
+from tests.swebench_support import local_swebench  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -258,11 +259,21 @@ def test_missing_campaign_file_is_a_user_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("*.toml")))
 def test_shipped_examples_validate(
-    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    # The supervisor example names ~/code/loops: a checkout where the seed keeps it.
+    # The supervisor example names ~/code/loops: a checkout where the reference keeps it.
     _loops_checkout(tmp_path / "code")
     monkeypatch.setenv("HOME", str(tmp_path))
+    if example.name == "swebench-local.toml":
+        # Its instances and images are built by scripts/build-local-swebench (not committed):
+        # the same file, pointed at the ones the session built.
+        built = request.getfixturevalue("local_swebench")
+        text = example.read_text(encoding="utf-8").replace(
+            'instances_file = "swebench-local/data/test-00000-of-00001.parquet"',
+            f"instances_file = {json.dumps(str(built.parquet))}",
+        )
+        example = tmp_path / example.name
+        example.write_text(text, encoding="utf-8")
     campaign = load_campaign(example)
     assert campaign.cells
 
