@@ -38,6 +38,10 @@ def _unit_of(item: pytest.Item) -> str | None:
     names = getattr(item, "fixturenames", ())
     if "ray_cluster" in names:
         return "ray"
+    if "mixed_home" in names or "daemon_home" in names:
+        # The export tests' homes (built once from the demo, then read): a slice of their
+        # own, so they do not all land with the demo's other readers.
+        return "export"
     if "demo_run" in names:
         return "demo"
     callspec = getattr(item, "callspec", None)

@@ -27,3 +27,39 @@ def home_copy(mixed_home: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "h"
     shutil.copytree(mixed_home, dest, symlinks=True)
     return dest
+
+
+@pytest.fixture(scope="session")
+def daemon_home(tmp_path_factory: pytest.TempPathFactory, demo_run: DemoRun) -> Path:
+    """The demo's home (real opencode solo cells) where the daemon then ran a supervisor
+    cell (the stand-in driver, as tests/arms runs it) and two command cells (one edits a
+    file, one fails its verify); built once per session, only read by the tests."""
+    from tests.arms.support import daemon_until_idle, supervisor_campaign
+    from tests.conftest import make_repo
+    from tests.daemon.support import command_campaign, env_with, submitted
+
+    def build(root: Path) -> None:
+        home = demo_run.copy(root / "h")
+        repo, loops = root / "repo", root / "loops"
+        base = make_repo(repo, {"a.txt": "a\n"})
+        make_repo(loops, {"README": "loops\n"})
+        submitted(
+            home,
+            supervisor_campaign(root / "sup.toml", name="sup", repo=repo, base=base, loops=loops),
+        )
+        submitted(
+            home,
+            command_campaign(
+                root / "cmd.toml",
+                name="cmd",
+                repo=repo,
+                base=base,
+                argv=["bash", "-c", "echo b > a.txt"],
+                verify_cmd="grep -q b a.txt",
+                instances=("i1", "i2"),
+            ),
+        )
+        env = env_with(FAKE_SUP_MODE="ok", FAKE_SUP_PAUSE="0.2")
+        daemon_until_idle(home, env, root / "daemon.err", timeout_s=600)
+
+    return built_once(tmp_path_factory, "export-daemon", build) / "h"

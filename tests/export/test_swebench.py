@@ -76,6 +76,7 @@ def test_filters(mixed_home: Path, tmp_path: Path) -> None:
     ("args", "message"),
     [
         (("nope",), "arenad: unknown export format 'nope'"),
+        (("atif",), "arenad: export format atif is not implemented yet"),
         (("swebench", "--campaign", "ghost"), "arenad: --campaign ghost: no such campaign"),
         (("swebench", "--arm", "GHOST"), "arenad: --arm GHOST: no chosen cell has this arm"),
     ],
