@@ -41,7 +41,13 @@ def start_gateway(home: Path) -> process.Endpoint:
 
 
 def grant_for(
-    home: Path, model_base_url: str, *, cell: str = "c1", attempt: int = 1, **caps: Any
+    home: Path,
+    model_base_url: str,
+    *,
+    cell: str = "c1",
+    attempt: int = 1,
+    prices: dict[str, grants.Price] | None = None,
+    **caps: Any,
 ) -> str:
     return grants.issue(
         home,
@@ -50,7 +56,7 @@ def grant_for(
             cell_id=cell,
             attempt=attempt,
             upstreams={"default": grants.Upstream(base_url=model_base_url, key_env=KEY_ENV)},
-            prices={"m": grants.Price(input=3.0, output=15.0, cache_read=0.3)},
+            prices=prices or {"m": grants.Price(input=3.0, output=15.0, cache_read=0.3)},
             **caps,
         ),
     )
