@@ -3,6 +3,7 @@ journal line, and the sums equal opencode's own store to the token and cent."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
@@ -95,6 +96,6 @@ def test_opencode_through_the_gateway_sums_equal_its_store(
     assert round(sum(line["cost_usd"] for line in lines), 6) == round(session["cost"], 6)
     # Each call records only what is new: the first the whole prompt, later ones a tail
     # that chains to the call before.
-    for before, after in zip(lines, lines[1:], strict=False):
+    for before, after in itertools.pairwise(lines):
         assert after["request"]["prefix_hash"] == before["request"]["prompt_hash"]
         assert after["request"]["prefix_len"] > 0
