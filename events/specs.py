@@ -138,6 +138,16 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     read_only: list[str] = []
 
 
+class GatewaySpec(Spec, frozen=True, kw_only=True):
+    """Whether a cell's model calls go through the daemon's model gateway (arenad.gateway),
+    and the attempt's spend caps the gateway enforces per call. A spec recorded before the
+    gateway decodes as ``none`` (the agent reaches its provider itself)."""
+
+    kind: Literal["gateway", "none"] = "none"
+    max_usd: float | None = None
+    max_tokens: int | None = None
+
+
 class JudgeSpec(Spec, frozen=True, kw_only=True):
     """An optional judge command run after verify (cwd = ws); it prints a verdict JSON."""
 
@@ -186,6 +196,7 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     executor: ExecutorSpec | None = None
     # A spec recorded before sandboxes decodes as the default: sandboxed.
     sandbox: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
+    gateway: GatewaySpec = msgspec.field(default_factory=GatewaySpec)
 
     @property
     def cell_id(self) -> str:

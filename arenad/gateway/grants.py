@@ -31,7 +31,12 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
 
     base_url: str
     key_env: str | None = None
+    # Dotenv files (the campaign's secrets env files) searched for ``key_env`` when the
+    # gateway's own environment lacks it.
+    key_env_files: list[str] = []
     key_file: str | None = None
+    # A key the agent's config gave literally: moved here, out of the cell.
+    key_value: str | None = None
     auth: Literal["bearer", "x-api-key"] = "bearer"
 
 
@@ -56,6 +61,7 @@ class Grant(msgspec.Struct, frozen=True, kw_only=True):
     campaign_max_usd: float | None = None
     # The campaign's spend of record outside this gateway when the grant was issued.
     campaign_spent_usd: float = 0.0
+    issued_at_ms: int = 0
 
 
 def token_digest(token: str) -> str:
@@ -102,10 +108,33 @@ def upstream_key(upstream: Upstream, environ: dict[str, str] | None = None) -> s
         value = env.get(upstream.key_env)
         if value:
             return value
+    for path in upstream.key_env_files:
+        value = _dotenv_value(path, upstream.key_env) if upstream.key_env else None
+        if value:
+            return value
+    if upstream.key_value:
+        return upstream.key_value
     if upstream.key_file:
         try:
             with open(upstream.key_file, encoding="utf-8") as f:
                 return f.readline().strip() or None
         except OSError:
             return None
+    return None
+
+
+def _dotenv_value(path: str, name: str) -> str | None:
+    """``NAME=value`` from a plain dotenv file (quotes stripped); None if absent/unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and key.strip() == name:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            return value or None
     return None

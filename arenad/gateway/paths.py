@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 GATEWAY_DIR = "gateway"
@@ -30,9 +31,16 @@ def log_file(home: Path) -> Path:
     return gateway_dir(home) / "gateway.log"
 
 
-def journal(home: Path) -> Path:
-    """One JSON line per finished call: what the daemon ingests by offsets."""
-    return gateway_dir(home) / "calls.jsonl"
+def calls_dir(home: Path) -> Path:
+    return gateway_dir(home) / "calls"
+
+
+def attempt_journal(home: Path, campaign: str, cell_id: str, attempt: int) -> Path:
+    """One JSON line per finished call of one cell attempt: what the daemon ingests by
+    offsets into that attempt's ingest stream (source ``gateway``). Named by a digest of
+    the attempt, so any cell id makes a plain file name."""
+    key = f"{campaign}\0{cell_id}\0{attempt}".encode()
+    return calls_dir(home) / f"{hashlib.sha256(key).hexdigest()[:32]}.jsonl"
 
 
 def grants_dir(home: Path) -> Path:

@@ -81,6 +81,16 @@ class _Spend:
         return self.in_flight * self.largest_tokens
 
 
+def _account(spend: _Spend, line: Mapping[str, Any]) -> None:
+    usage = line.get("usage") or {}
+    tokens = sum(v for v in usage.values() if isinstance(v, int))
+    cost = line.get("cost_usd")
+    spend.add(cost if isinstance(cost, int | float) else None, tokens)
+    request = line.get("request") or {}
+    if isinstance(request.get("prompt_hash"), str):
+        spend.known.add(request["prompt_hash"])
+
+
 def _attempt_key(grant: Grant) -> str:
     return f"{grant.campaign_id}/{grant.cell_id}#{grant.attempt}"
 
@@ -110,7 +120,8 @@ class Gateway:
         self.environ = dict(os.environ if environ is None else environ)
         self._attempts: dict[str, _Spend] = {}
         self._campaigns: dict[str, _Spend] = {}
-        self._journal_fd = -1
+        # Per campaign: (ended_at_ms, usd) of the calls this process journaled.
+        self._campaign_calls: dict[str, list[tuple[int, float]]] = {}
         self._servers: list[asyncio.Server] = []
         # One future per call being answered: stop() waits for them, not for idle connections.
         self._calls: set[asyncio.Future[None]] = set()
@@ -118,49 +129,49 @@ class Gateway:
 
     # -- state from the journal ------------------------------------------------------------
 
-    def _spend(self, table: dict[str, _Spend], key: str) -> _Spend:
-        spend = table.get(key)
+    def _attempt(self, grant: Grant) -> _Spend:
+        """The attempt's spend and prompt chains: on first sight, read back from its journal
+        (so a restarted gateway goes on where the last one stopped)."""
+        key = _attempt_key(grant)
+        spend = self._attempts.get(key)
         if spend is None:
-            spend = table[key] = _Spend()
+            spend = self._attempts[key] = _Spend()
+            path = paths.attempt_journal(self.home, grant.campaign_id, grant.cell_id, grant.attempt)
+            try:
+                with open(path, "rb") as f:
+                    for raw in f:
+                        with contextlib.suppress(ValueError):
+                            line = json.loads(raw)
+                            if isinstance(line, dict):
+                                _account(spend, line)
+            except FileNotFoundError:
+                pass
         return spend
 
-    def _account(self, line: Mapping[str, Any]) -> None:
-        attempt = self._spend(self._attempts, str(line.get("attempt_key")))
-        campaign = self._spend(self._campaigns, str(line.get("campaign_id")))
-        usage = line.get("usage") or {}
-        tokens = sum(v for v in usage.values() if isinstance(v, int))
-        cost = line.get("cost_usd")
-        cost = cost if isinstance(cost, (int, float)) else None
-        attempt.add(cost, tokens)
-        campaign.add(cost, tokens)
-        request = line.get("request") or {}
-        if isinstance(request.get("prompt_hash"), str):
-            attempt.known.add(request["prompt_hash"])
+    def _campaign(self, grant: Grant) -> _Spend:
+        """The campaign's calls journaled since ``grant`` was issued (what its baseline,
+        ``campaign_spent_usd``, cannot hold yet), plus its calls in flight."""
+        spend = self._campaigns.setdefault(grant.campaign_id, _Spend())
+        calls = self._campaign_calls.get(grant.campaign_id, [])
+        spend.usd = sum(usd for ended, usd in calls if ended >= grant.issued_at_ms)
+        spend.largest_usd = max((usd for _, usd in calls), default=0.0)
+        return spend
 
-    def _replay(self) -> None:
-        try:
-            with open(paths.journal(self.home), "rb") as f:
-                for raw in f:
-                    with contextlib.suppress(ValueError):
-                        line = json.loads(raw)
-                        if isinstance(line, dict):
-                            self._account(line)
-        except FileNotFoundError:
-            pass
-
-    def _journal(self, entry: dict[str, Any]) -> None:
+    def _journal(self, grant: Grant, entry: dict[str, Any]) -> None:
+        path = paths.attempt_journal(self.home, grant.campaign_id, grant.cell_id, grant.attempt)
         # One writer (this process, one loop): each line is one append of whole bytes.
-        os.write(self._journal_fd, record.bounded(entry, MAX_RECORD_BYTES))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, record.bounded(entry, MAX_RECORD_BYTES))
+        finally:
+            os.close(fd)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, port: int = 0) -> None:
         directory = paths.gateway_dir(self.home)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._replay()
-        self._journal_fd = os.open(
-            paths.journal(self.home), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
+        paths.calls_dir(self.home).mkdir(exist_ok=True, mode=0o700)
         sock = paths.model_endpoint(self.home)
         sock.unlink(missing_ok=True)
         unix = await asyncio.start_unix_server(self._handle, str(sock), limit=http.HEAD_LIMIT)
@@ -177,9 +188,6 @@ class Gateway:
         # Calls in flight finish and are journaled: an upstream is never cut mid-answer.
         if self._calls:
             await asyncio.gather(*list(self._calls), return_exceptions=True)
-        if self._journal_fd >= 0:
-            os.close(self._journal_fd)
-            self._journal_fd = -1
 
     # -- connections -----------------------------------------------------------------------
 
@@ -255,8 +263,8 @@ class Gateway:
             await _answer(writer, 400, _error_body("body is not a JSON object", "invalid", "bad"))
             return True
         key = _attempt_key(grant)
-        attempt = self._spend(self._attempts, key)
-        campaign = self._spend(self._campaigns, grant.campaign_id)
+        attempt = self._attempt(grant)
+        campaign = self._campaign(grant)
         request_part, prompt_hash = record.request_part(body, attempt.known)
         entry: dict[str, Any] = {
             "v": 1,
@@ -283,7 +291,7 @@ class Gateway:
                 cost_usd=None,
                 latency_ms=round((time.monotonic() - t0) * 1000, 3),
             )
-            self._journal(entry)
+            self._journal(grant, entry)
             return True
         attempt.in_flight += 1
         campaign.in_flight += 1
@@ -302,8 +310,11 @@ class Gateway:
             entry["cost_usd"] = None
         entry["priced"] = price is not None
         entry["ended_at_ms"] = int(time.time() * 1000)
-        self._journal(entry)
-        self._account(entry)
+        self._journal(grant, entry)
+        _account(attempt, entry)
+        self._campaign_calls.setdefault(grant.campaign_id, []).append(
+            (entry["ended_at_ms"], entry["cost_usd"] or 0.0)
+        )
         return keep
 
     async def _forward(

@@ -81,8 +81,8 @@ def chat(
     return response.status, data
 
 
-def journal(home: Path) -> list[dict[str, Any]]:
-    path = paths.journal(home)
+def journal(home: Path, cell: str = "c1", attempt: int = 1) -> list[dict[str, Any]]:
+    path = paths.attempt_journal(home, "camp", cell, attempt)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_bytes().splitlines()]
