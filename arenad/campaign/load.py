@@ -120,6 +120,7 @@ from events.specs import (
     CellSpec,
     CommandArm,
     ExecutorSpec,
+    GatewaySpec,
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
@@ -221,6 +222,12 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
     read_only: list[str] = []
 
 
+class GatewayFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["gateway", "none"] = "gateway"
+    max_usd: float | None = None
+    max_tokens: int | None = None
+
+
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     command: str
     name: str = "swe-arena-official-judge"
@@ -266,6 +273,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
     sandbox: SandboxFile | None = None
+    gateway: GatewayFile | None = None
     candidate: CandidateFile | None = None
     executor: ExecutorFile | None = None
     arms: list[ArmFile]
@@ -652,6 +660,7 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     candidate: CandidateSpec | None
     executor: ExecutorSpec | None
     sandbox: SandboxSpec
+    gateway: GatewaySpec
 
 
 # Ray's own names for what a node has; a cell asks for CPU and GPU by name too.
@@ -732,7 +741,20 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         candidate=_candidate(parsed.candidate, where),
         executor=_executor(parsed.executor, where),
         sandbox=_sandbox(parsed.sandbox, base, secrets, where),
+        gateway=_gateway(parsed.gateway, where),
     )
+
+
+def _gateway(spec: GatewayFile | None, where: str) -> GatewaySpec:
+    """The [gateway] table; absent: the gateway (for the arms it serves, see _cells_of)."""
+    spec = spec if spec is not None else GatewayFile()
+    if spec.max_usd is not None and not (math.isfinite(spec.max_usd) and spec.max_usd > 0):
+        raise CampaignError(
+            f"{where}: [gateway] max_usd = {spec.max_usd} must be a finite number > 0"
+        )
+    if spec.max_tokens is not None and spec.max_tokens < 1:
+        raise CampaignError(f"{where}: [gateway] max_tokens = {spec.max_tokens} must be >= 1")
+    return GatewaySpec(kind=spec.kind, max_usd=spec.max_usd, max_tokens=spec.max_tokens)
 
 
 def _rows(parsed: CampaignFile, base: Path, where: str) -> Callable[[], Iterable[Row]]:
@@ -781,6 +803,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                 candidate=r.candidate,
                 executor=r.executor,
                 sandbox=r.sandbox,
+                # Only the solo arm points its agent at the gateway so far; the others
+                # keep reaching their provider themselves.
+                gateway=r.gateway if isinstance(arm, SoloArm) else GatewaySpec(),
             )
 
 

@@ -282,7 +282,6 @@ class Gateway:
         why = refusal(grant, attempt, campaign)
         if why is not None:
             message = f"arenad gateway: {why}"
-            await _answer(writer, 402, _error_body(message, "insufficient_quota", "budget"))
             entry.update(
                 refused="budget",
                 reason=why,
@@ -292,12 +291,13 @@ class Gateway:
                 latency_ms=round((time.monotonic() - t0) * 1000, 3),
             )
             self._journal(grant, entry)
+            await _answer(writer, 402, _error_body(message, "insufficient_quota", "budget"))
             return True
         attempt.in_flight += 1
         campaign.in_flight += 1
         attempt.known.add(prompt_hash)
         try:
-            keep = await self._forward(request, writer, body, upstream, entry, t0)
+            keep, tail = await self._forward(request, writer, body, upstream, entry, t0)
         finally:
             attempt.in_flight -= 1
             campaign.in_flight -= 1
@@ -315,7 +315,9 @@ class Gateway:
         self._campaign_calls.setdefault(grant.campaign_id, []).append(
             (entry["ended_at_ms"], entry["cost_usd"] or 0.0)
         )
-        return keep
+        # The end of the answer goes out only now: once the agent has its whole answer, the
+        # call's record is on disk (an agent that exits at once loses no record).
+        return await _send(writer, tail) and keep
 
     async def _forward(
         self,
@@ -325,7 +327,9 @@ class Gateway:
         upstream: grants.Upstream,
         entry: dict[str, Any],
         t0: float,
-    ) -> bool:
+    ) -> tuple[bool, bytes]:
+        """Relay the upstream's answer; returns (keep the connection, the answer's last
+        bytes, which the caller sends once the call is journaled)."""
         headers = [(n, request.headers[n]) for n in _HEADERS_TO_UPSTREAM if n in request.headers]
         secret = grants.upstream_key(upstream, self.environ)
         if secret is not None:
@@ -346,12 +350,14 @@ class Gateway:
             )
         except TimeoutError:
             self._failed(entry, t0, None, "timeout")
-            await _answer(writer, 504, _error_body("upstream timed out", "upstream", "timeout"))
-            return True
+            return True, _answer_bytes(
+                504, _error_body("upstream timed out", "upstream", "timeout")
+            )
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as exc:
             self._failed(entry, t0, None, f"refused: {type(exc).__name__}")
-            await _answer(writer, 502, _error_body("upstream unreachable", "upstream", "refused"))
-            return True
+            return True, _answer_bytes(
+                502, _error_body("upstream unreachable", "upstream", "refused")
+            )
         first_ms: float | None = None
         error: str | None = None
         raw = bytearray()
@@ -364,6 +370,7 @@ class Gateway:
             ("Transfer-Encoding", "chunked") if framed else ("Content-Length", str(length))
         )
         client_ok = await _send(writer, http.head(response.status, out_headers))
+        held = b""
         try:
             async for piece in response.pieces(IDLE_S):
                 if first_ms is None:
@@ -372,16 +379,15 @@ class Gateway:
                     result.add_sse(splitter.feed(piece))
                 elif len(raw) < http.MAX_BODY_BYTES:
                     raw += piece
-                if client_ok:
-                    client_ok = await _send(writer, http.chunk(piece) if framed else piece)
+                if held and client_ok:
+                    client_ok = await _send(writer, held)
+                held = http.chunk(piece) if framed else piece
         except TimeoutError:
             error = "timeout mid-answer"
         except (OSError, http.BadRequest, asyncio.IncompleteReadError) as exc:
             error = f"cut mid-answer: {type(exc).__name__}"
         finally:
             response.close()
-        if framed and client_ok:
-            client_ok = await _send(writer, http.LAST_CHUNK)
         if streamed:
             result.add_sse(splitter.rest())
         elif raw:
@@ -415,7 +421,8 @@ class Gateway:
         entry["latency_ms"] = round((time.monotonic() - t0) * 1000, 3)
         entry["first_byte_ms"] = None if first_ms is None else round(first_ms, 3)
         entry["client_gone"] = not client_ok
-        return client_ok and error is None
+        tail = held + (http.LAST_CHUNK if framed else b"")
+        return client_ok and error is None, tail if client_ok else b""
 
     def _failed(self, entry: dict[str, Any], t0: float, status: int | None, error: str) -> None:
         entry.update(
@@ -459,9 +466,13 @@ async def _send(writer: asyncio.StreamWriter, data: bytes) -> bool:
     return True
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+def _answer_bytes(status: int, body: bytes) -> bytes:
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-    await _send(writer, http.head(status, headers) + body)
+    return http.head(status, headers) + body
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+    await _send(writer, _answer_bytes(status, body))
 
 
 async def serve(home: Path, port: int) -> int:

@@ -15,7 +15,7 @@ from tests.gateway.support import (
     UPSTREAM_KEY,
     chat,
     grant_for,
-    journal_of,
+    journal,
     start_gateway,
 )
 from tests.opencode_support import RunningModel
@@ -39,7 +39,7 @@ def test_chat_non_stream_is_forwarded_and_recorded(
     assert answer["choices"][0]["message"]["content"].startswith("Hi there")
     # The upstream saw its own key, never the attempt's token.
     assert model.authorizations == [f"Bearer {UPSTREAM_KEY}"]
-    [line] = journal_of(home, 1)
+    [line] = journal(home)
     assert line["cell_id"] == "c1" and line["attempt"] == 1
     assert line["upstream"] == {"status": 200, "error": None}
     assert line["usage"] == {
@@ -75,7 +75,7 @@ def test_stream_relayed_and_only_new_messages_recorded(
     second = [*first, {"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
     status, _ = chat(gw.port, token, second, stream=True)
     assert status == 200
-    one, two = journal_of(home, 2)
+    one, two = journal(home)
     assert one["response"]["content"] == text
     assert two["response"]["content"] == "Second answer."
     assert two["request"]["prefix_len"] == 1
@@ -106,7 +106,7 @@ def test_max_usd_refuses_the_next_call_as_a_provider_would(
     statuses = [chat(gw.port, token, messages)[0] for _ in range(3)]
     # 0.00321 spent after one call (< cap); 0.00642 after two (>= cap): the third is refused.
     assert statuses == [200, 200, 402]
-    lines = journal_of(home, 3)
+    lines = journal(home)
     assert [line.get("refused") for line in lines] == [None, None, "budget"]
     spent = sum(line["cost_usd"] or 0 for line in lines)
     assert spent <= 0.005 + 0.00321 + 1e-12
@@ -127,7 +127,7 @@ def test_upstream_error_is_relayed_and_recorded(
     status, body = chat(gw.port, token, [{"role": "user", "content": "hello"}], stream=True)
     assert status == 429
     assert b"slow down" in body
-    [line] = journal_of(home, 1)
+    [line] = journal(home)
     assert line["upstream"] == {"status": 429, "error": "upstream 429"}
     assert line["usage"] is None
 
@@ -137,7 +137,7 @@ def test_refused_upstream_is_a_502_recorded_as_refused(home: Path) -> None:
     token = grant_for(home, "http://127.0.0.1:9/v1")
     status, _ = chat(gw.port, token, [{"role": "user", "content": "hello"}])
     assert status == 502
-    [line] = journal_of(home, 1)
+    [line] = journal(home)
     assert line["upstream"]["status"] is None
     assert line["upstream"]["error"].startswith("refused")
 
