@@ -92,7 +92,12 @@ def running(home: Path) -> Endpoint | None:
 
 
 def ensure(
-    home: Path, *, env: Mapping[str, str] | None = None, port: int = 0, ready_s: float = READY_S
+    home: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    port: int = 0,
+    ready_s: float = READY_S,
+    orphan_s: float | None = None,
 ) -> Endpoint:
     """The running gateway of ``home``, started first if none is (adopted if one is)."""
     found = running(home)
@@ -101,9 +106,12 @@ def ensure(
     directory = paths.gateway_dir(home)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     paths.pid_file(home).unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "arenad.gateway", "--home", str(home), "--port", str(port)]
+    if orphan_s is not None:
+        argv += ["--orphan-s", str(orphan_s)]
     with open(paths.log_file(home), "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "arenad.gateway", "--home", str(home), "--port", str(port)],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

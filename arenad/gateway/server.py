@@ -48,6 +48,8 @@ log = logging.getLogger("arenad.gateway")
 MAX_RECORD_BYTES = 1 << 20  # arenad.ingest.lines.MAX_LINE_BYTES: ingested whole
 CONNECT_S = 30.0
 IDLE_S = 600.0
+# How long the gateway outlives its daemon when nothing is in flight (a restart is quicker).
+ORPHAN_S = 30.0
 CHAT_PATH = "/chat/completions"
 _HEADERS_TO_UPSTREAM = ("accept", "content-type", "user-agent", "anthropic-version")
 _SESSION_HEADERS = ("x-session-id", "session_id", "x-opencode-session", "x-arenad-session")
@@ -166,6 +168,10 @@ class Gateway:
         finally:
             os.close(fd)
 
+    @property
+    def busy(self) -> bool:
+        return bool(self._calls)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, port: int = 0) -> None:
@@ -267,6 +273,8 @@ class Gateway:
         campaign = self._campaign(grant)
         request_part, prompt_hash = record.request_part(body, attempt.known)
         entry: dict[str, Any] = {
+            # The ingested line's kind (arenad.ingest.lines): what the spend fold counts.
+            "type": "gateway.call",
             "v": 1,
             "call": uuid.uuid4().hex,
             "attempt_key": key,
@@ -475,7 +483,34 @@ async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes) -> Non
     await _send(writer, _answer_bytes(status, body))
 
 
-async def serve(home: Path, port: int) -> int:
+def daemon_alive(home: Path) -> bool:
+    """Whether the pid the daemon lease names (``<home>/daemon.lock``) is a live process.
+    Read, never locked: a lock taken here, however briefly, could refuse a daemon its lease."""
+    try:
+        pid = int((home / "daemon.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return os.path.exists(f"/proc/{pid}")
+
+
+async def _orphaned(gateway: Gateway, home: Path, orphan_s: float) -> None:
+    """Returns once no daemon has run for ``orphan_s`` with no call in flight (or the home
+    is gone): a daemon restart within that time finds the gateway still serving."""
+    alone_since: float | None = None
+    while True:
+        await asyncio.sleep(min(1.0, orphan_s / 4))
+        if not home.exists():
+            return
+        if daemon_alive(home) or gateway.busy:
+            alone_since = None
+            continue
+        now = time.monotonic()
+        alone_since = now if alone_since is None else alone_since
+        if now - alone_since >= orphan_s:
+            return
+
+
+async def serve(home: Path, port: int, orphan_s: float = ORPHAN_S) -> int:
     gateway = Gateway(home)
     await gateway.start(port)
     stop = asyncio.Event()
@@ -483,7 +518,13 @@ async def serve(home: Path, port: int) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     log.info("gateway on %s and 127.0.0.1:%s", paths.model_endpoint(home), gateway.port)
-    await stop.wait()
+    orphaned = asyncio.create_task(_orphaned(gateway, home, orphan_s))
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait([orphaned, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if orphaned.done():
+        log.info("no daemon for %s s and nothing in flight: exiting", orphan_s)
+    orphaned.cancel()
+    stopped.cancel()
     await gateway.stop()
     return 0
 
@@ -492,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m arenad.gateway")
     parser.add_argument("--home", required=True, type=Path)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--orphan-s", type=float, default=ORPHAN_S)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    return asyncio.run(serve(args.home, args.port))
+    return asyncio.run(serve(args.home, args.port, args.orphan_s))
