@@ -9,10 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arenad.arms.base import AgentCommand, Arm, ArmContext, q, write_prompt
+from arenad.arms.base import (
+    AgentCommand,
+    Arm,
+    ArmContext,
+    IngestReader,
+    q,
+    stream_objects,
+    write_prompt,
+)
+from arenad.arms.evidence import InfraCause, gateway_cause
 from arenad.gateway import paths as gateway_paths
 from arenad.gateway.cell import point_opencode
 from arenad.ingest import WatchSource, file_source
+from arenad.runs.executor import Site
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import install_roots
 from events.base import Event
@@ -95,3 +105,14 @@ class SoloArmRunner(Arm):
             )
             sources.append(file_source("gateway", journal))
         return sources
+
+    async def infra_cause(
+        self, site: Site, ctx: ArmContext, read_ingested: IngestReader
+    ) -> InfraCause | None:
+        """With the gateway, its records of the calls are the evidence (every call failed
+        upstream); without gateway records, opencode's structured stream errors."""
+        ingested = await read_ingested()
+        calls = stream_objects(ingested, "gateway")
+        if calls:
+            return gateway_cause(calls)
+        return await super().infra_cause(site, ctx, read_ingested)

@@ -60,6 +60,7 @@ def attempt_grant(
     cell_id: str,
     attempt: int,
     key_files: list[str],
+    auth_file: str | None = None,
 ) -> tuple[Grant, dict[str, Any], list[str]]:
     """(the grant, the config with its providers pointed at ``{gateway}``, key env names).
 
@@ -88,6 +89,9 @@ def attempt_grant(
             key_env=key_env,
             key_env_files=key_files if key_env else [],
             key_value=key_value,
+            # No key in the config: opencode would have used its auth file's.
+            auth_file=auth_file if key is None else None,
+            auth_provider=provider_id if key is None else None,
         )
         prices.update(_prices(block.get("models")))
         options["baseURL"] = f"{{gateway}}/u/{provider_id}/v1"
@@ -135,7 +139,9 @@ def point_opencode(
         return None
     secrets = spec.secrets
     key_files = [os.path.join(secrets.dir, f) for f in secrets.env_files] if secrets else []
-    grant, rewritten, names = attempt_grant(config, spec, cell_id, attempt, key_files)
+    grant, rewritten, names = attempt_grant(
+        config, spec, cell_id, attempt, key_files, env.get("SWE_ARENA_OPENCODE_AUTH_FILE")
+    )
     if not grant.upstreams:
         return None
     endpoint = process.ensure(home, env=env)

@@ -37,6 +37,10 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
     key_file: str | None = None
     # A key the agent's config gave literally: moved here, out of the cell.
     key_value: str | None = None
+    # opencode's auth.json (a path) and the provider whose ``{"type": "api", "key"}`` entry
+    # is the key: the file is read here, never shown to the cell.
+    auth_file: str | None = None
+    auth_provider: str | None = None
     auth: Literal["bearer", "x-api-key"] = "bearer"
 
 
@@ -114,6 +118,10 @@ def upstream_key(upstream: Upstream, environ: dict[str, str] | None = None) -> s
             return value
     if upstream.key_value:
         return upstream.key_value
+    if upstream.auth_file and upstream.auth_provider:
+        value = _auth_file_key(upstream.auth_file, upstream.auth_provider)
+        if value:
+            return value
     if upstream.key_file:
         try:
             with open(upstream.key_file, encoding="utf-8") as f:
@@ -121,6 +129,17 @@ def upstream_key(upstream: Upstream, environ: dict[str, str] | None = None) -> s
         except OSError:
             return None
     return None
+
+
+def _auth_file_key(path: str, provider: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            data = msgspec.json.decode(f.read())
+    except (OSError, msgspec.DecodeError):
+        return None
+    entry = data.get(provider) if isinstance(data, dict) else None
+    key = entry.get("key") if isinstance(entry, dict) else None
+    return key if isinstance(key, str) and key else None
 
 
 def _dotenv_value(path: str, name: str) -> str | None:
