@@ -129,8 +129,8 @@ def _call_cause(call: Mapping[str, Any]) -> str | None:
     if code is not None and code >= 500:
         return f"provider error (HTTP {code}): {_upstream_message(call, 'server error')}"
     if code is None and isinstance(error, str):
-        name = str(call.get("upstream_name") or "")
-        return f"provider unreachable ({name}): {error}" if name else f"provider {error}"
+        url = str(call.get("upstream_url") or call.get("upstream_name") or "")
+        return f"provider unreachable ({url}): {error}" if url else f"provider {error}"
     return None
 
 

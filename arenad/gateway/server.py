@@ -284,6 +284,7 @@ class Gateway:
             "session": _session(request.headers, body),
             "endpoint": "chat.completions",
             "upstream_name": upstream_name,
+            "upstream_url": upstream.base_url,
             "started_at_ms": started_ms,
             "request": request_part,
         }
