@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from events import cell as ev
 from events.base import Recorded
 from events.ingest import LineIngested
 from tests.conftest import make_repo
-from tests.daemon.support import read_all, status_json
+from tests.daemon.support import read_all, start_daemon, status_json, submitted, wait_for
 from tests.opencode_support import RunningModel
 
 pytestmark = [
@@ -248,3 +249,47 @@ def test_a_cells_max_usd_stops_the_agent_at_the_next_call(
     assert not any(
         isinstance(e, ev.CellFailed) and e.classification == "infrastructure" for e in events
     )
+
+
+def test_a_daemon_killed_mid_stream_loses_and_duplicates_no_call(
+    tmp_path: Path,
+    home: Path,
+    opencode_bin: Path,
+    scripted_model: Callable[[str], RunningModel],
+) -> None:
+    # The second answer streams slowly: the daemon dies while it is on the wire.
+    slow = 'text = "Fixed, slowly, one small piece of this answer at a time."\nchunk_delay_s = 0.2'
+    script = _script(_probe(home), USAGE).replace('text = "Fixed."', slow)
+    model = scripted_model("chunk_chars = 4\n" + script)
+    submitted(home, _campaign(tmp_path, opencode_bin))
+    env = _env(model)
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
+    wait_for(lambda: len(model.requests) >= 2, "the second model call to be streaming")
+    gateway = process.running(home)
+    assert gateway is not None
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait()
+    second = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon2.err")
+    assert second.wait(timeout=300) == 0, (tmp_path / "daemon2.err").read_text()[-3000:]
+
+    recorded = read_all(home)
+    events = _cell(recorded)
+    assert any(isinstance(e, ev.RunAdopted) for e in events)
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert verified.scored and verified.verify_pass
+    # The call on the wire completed (the gateway outlived the daemon: same process) and
+    # its record was ingested exactly once.
+    again = process.running(home)
+    assert again is not None and again.pid == gateway.pid
+    lines = [
+        r.event
+        for r in recorded
+        if r.stream == f"ingest/{CELL}/1"
+        and isinstance(r.event, LineIngested)
+        and r.event.source == "gateway"
+    ]
+    assert len(lines) == len(model.requests) == 2
+    assert len({(e.path, e.offset) for e in lines}) == 2
+    last = json.loads(lines[-1].raw)
+    assert last["upstream"]["status"] == 200 and not last["client_gone"]
+    assert last["response"]["content"].startswith("Fixed, slowly")
