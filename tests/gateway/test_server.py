@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from arenad.gateway import grants, paths, process
+from arenad.scripted_model import wire
 from tests.gateway.support import (
     SCRIPT,
     UPSTREAM_KEY,
@@ -147,3 +148,34 @@ def test_a_second_ensure_adopts_the_running_gateway(home: Path) -> None:
     second = start_gateway(home)
     assert second == first
     assert paths.model_endpoint(home).exists()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_token_ids_and_logprobs_are_recorded_when_returned(
+    home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
+) -> None:
+    model = scripted_model("chunk_chars = 8\n" + SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    messages = [{"role": "user", "content": "hello"}]
+    status, _ = chat(
+        gw.port,
+        token,
+        messages,
+        stream=stream,
+        logprobs=True,
+        top_logprobs=2,
+        return_token_ids=True,
+    )
+    assert status == 200
+    [line] = journal(home)
+    text = "Hi there, this is a longer streamed answer."
+    expected = [text[i : i + 8] for i in range(0, len(text), 8)]
+    assert line["token_ids"] == {
+        "prompt": [wire.token_id("hello")],
+        "completion": [wire.token_id(p) for p in expected],
+    }
+    assert [e["token"] for e in line["logprobs"]] == expected
+    assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
+    assert all(len(e["top"]) == 2 for e in line["logprobs"])
+    assert line["request"]["sampling"]["top_logprobs"] == 2
