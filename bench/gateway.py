@@ -44,7 +44,7 @@ SCRIPT = f"""
 chunk_chars = 16
 [[models]]
 id = "m"
-cost = { input = 3.0, output = 15.0 }
+cost = {{ input = 3.0, output = 15.0 }}
 [[conversations]]
 [[conversations.steps]]
 text = "{SCRIPT_TEXT}"
