@@ -164,11 +164,13 @@ class UpstreamResponse:
 
     async def pieces(self, idle_s: float) -> AsyncIterator[bytes]:
         """The body as it arrives; raises TimeoutError after ``idle_s`` of silence."""
+        # asyncio.timeout, not wait_for: wait_for makes a task per read (a cost per piece).
         if "chunked" in self._map.get("transfer-encoding", "").lower():
             chunks = _chunked(self._reader)
             while True:
                 try:
-                    piece = await asyncio.wait_for(anext(chunks), idle_s)
+                    async with asyncio.timeout(idle_s):
+                        piece = await anext(chunks)
                 except StopAsyncIteration:
                     return
                 yield piece
@@ -176,7 +178,8 @@ class UpstreamResponse:
         left = length if length is not None else -1
         while left != 0:
             want = READ_PIECE if left < 0 else min(left, READ_PIECE)
-            piece = await asyncio.wait_for(self._reader.read(want), idle_s)
+            async with asyncio.timeout(idle_s):
+                piece = await self._reader.read(want)
             if not piece:
                 if left > 0:
                     raise ConnectionError("upstream closed before the end of its body")

@@ -17,7 +17,6 @@ writes, ``output`` excludes reasoning, and
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +48,8 @@ SAMPLING_KEYS = (
 
 
 def canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact JSON with sorted keys (UTF-8 as is): the bytes that are hashed and journaled."""
+    return msgspec.json.encode(value, order="sorted")
 
 
 def chain(messages: Sequence[Any]) -> list[str]:
@@ -213,8 +213,8 @@ class ChatResult:
                 if data == b"[DONE]" or not data:
                     continue
                 try:
-                    obj = json.loads(data)
-                except ValueError:
+                    obj = msgspec.json.decode(data)
+                except msgspec.DecodeError:
                     self.malformed += 1
                     continue
                 if isinstance(obj, dict):

@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from arenad.gateway import grants, http, paths, record
 from arenad.gateway.grants import Grant
 from arenad.gateway.process import process_ticks
@@ -262,8 +264,8 @@ class Gateway:
         started_ms = int(time.time() * 1000)
         t0 = time.monotonic()
         try:
-            body = json.loads(request.body)
-        except ValueError:
+            body = msgspec.json.decode(request.body)
+        except msgspec.DecodeError:
             body = None
         if not isinstance(body, dict):
             await _answer(writer, 400, _error_body("body is not a JSON object", "invalid", "bad"))
@@ -400,8 +402,8 @@ class Gateway:
         if streamed:
             result.add_sse(splitter.rest())
         elif raw:
-            with contextlib.suppress(ValueError):
-                parsed = json.loads(raw)
+            with contextlib.suppress(msgspec.DecodeError):
+                parsed = msgspec.json.decode(raw)
                 if isinstance(parsed, dict) and response.status < 400:
                     result.add(parsed, streamed=False)
         if response.status >= 400 and error is None:
