@@ -9,6 +9,7 @@ it instead of starting another.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -99,12 +100,34 @@ def ensure(
     ready_s: float = READY_S,
     orphan_s: float | None = None,
 ) -> Endpoint:
-    """The running gateway of ``home``, started first if none is (adopted if one is)."""
+    """The running gateway of ``home``, started first if none is (adopted if one is).
+
+    Cells are prepared concurrently (threads of one daemon, or another daemon's): one at a
+    time checks and starts, under a flock, so two never start two gateways."""
     found = running(home)
     if found is not None:
         return found
     directory = paths.gateway_dir(home)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(directory / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _start(home, env=env, port=port, ready_s=ready_s, orphan_s=orphan_s)
+    finally:
+        os.close(fd)
+
+
+def _start(
+    home: Path,
+    *,
+    env: Mapping[str, str] | None,
+    port: int,
+    ready_s: float,
+    orphan_s: float | None,
+) -> Endpoint:
+    found = running(home)
+    if found is not None:
+        return found
     paths.pid_file(home).unlink(missing_ok=True)
     argv = [sys.executable, "-m", "arenad.gateway", "--home", str(home), "--port", str(port)]
     if orphan_s is not None:

@@ -179,3 +179,12 @@ def test_token_ids_and_logprobs_are_recorded_when_returned(
     assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
     assert all(len(e["top"]) == 2 for e in line["logprobs"])
     assert line["request"]["sampling"]["top_logprobs"] == 2
+
+
+def test_concurrent_starts_make_one_gateway(home: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        endpoints = list(pool.map(lambda _: start_gateway(home), range(4)))
+    assert len({e.pid for e in endpoints}) == 1
+    assert process.running(home) == endpoints[0]
