@@ -27,7 +27,7 @@ from events import cell as ev
 from events.base import Recorded
 from events.ingest import LineIngested
 from tests.conftest import make_repo
-from tests.daemon.support import read_all, start_daemon, status_json, submitted, wait_for
+from tests.daemon.support import cli, read_all, start_daemon, status_json, submitted, wait_for
 from tests.opencode_support import RunningModel
 
 pytestmark = [
@@ -160,7 +160,8 @@ def test_every_call_recorded_once_and_the_key_stays_out_of_the_cell(
     opencode_bin: Path,
     scripted_model: Callable[[str], RunningModel],
 ) -> None:
-    model = scripted_model(_script(_probe(home), USAGE))
+    # The upstream returns token IDs and logprobs (as vLLM would when asked).
+    model = scripted_model("token_ids = true\nlogprobs = true\n" + _script(_probe(home), USAGE))
     recorded = _daemon(home, _campaign(tmp_path, opencode_bin), _env(model), RetryPolicy())
     events = _cell(recorded)
     verified = next(e for e in events if isinstance(e, ev.CellVerified))
@@ -188,6 +189,20 @@ def test_every_call_recorded_once_and_the_key_stays_out_of_the_cell(
     )
     assert sums == tuple(row[:4])
     assert round(sum(c["cost_usd"] for c in calls), 9) == round(row[4], 9)
+
+    # The ledger's steps carry each call's token IDs and logprobs.
+    out = tmp_path / "rollouts.jsonl"
+    done = cli(home, "project-ledger", str(out), "--cell", CELL)
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    steps = line["steps"]
+    assert [s["llm_call_count"] for s in steps] == [1, 1]
+    assert [s["prompt_token_ids"] for s in steps] == [c["token_ids"]["prompt"] for c in calls]
+    assert [s["completion_token_ids"] for s in steps] == [
+        c["token_ids"]["completion"] for c in calls
+    ]
+    assert all(s["completion_token_ids"] and s["prompt_token_ids"] for s in steps)
+    assert [s["logprobs"] for s in steps] == [[e["logprob"] for e in c["logprobs"]] for c in calls]
 
     # From inside the cell: its env, config and command line hold the attempt's token only,
     # and the grants are out of its sight.
