@@ -153,6 +153,16 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     network: Literal["model", "none", "host"] = "host"
 
 
+class GatewaySpec(Spec, frozen=True, kw_only=True):
+    """Whether a cell's model calls go through the daemon's model gateway (arenad.gateway),
+    and the attempt's spend caps the gateway enforces per call. A spec recorded before the
+    gateway decodes as ``none`` (the agent reaches its provider itself)."""
+
+    kind: Literal["gateway", "none"] = "none"
+    max_usd: float | None = None
+    max_tokens: int | None = None
+
+
 class JudgeSpec(Spec, frozen=True, kw_only=True):
     """An optional judge run after verify on a scored run.
 
@@ -218,6 +228,7 @@ class CellSpec(Spec, frozen=True, kw_only=True):
     # the stored patch applied, or the agent's own workspace (self-reported). A spec
     # recorded before grading checkouts decodes as the default: the checkout.
     verify_in: Literal["checkout", "workspace"] = "checkout"
+    gateway: GatewaySpec = msgspec.field(default_factory=GatewaySpec)
 
     @property
     def cell_id(self) -> str:

@@ -26,6 +26,7 @@ Pure: parsed stream objects in, a one-line cause (or None) out.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -91,4 +92,61 @@ def infra_cause(stream: Iterable[Any]) -> InfraCause | None:
         error = obj.get("error") if isinstance(obj, dict) else None
         if kind == "error" and isinstance(error, dict):
             cause = _from_error(error) or cause
+    return InfraCause(cause=_line(cause)) if cause is not None else None
+
+
+def _upstream_message(call: Mapping[str, Any], fallback: str) -> str:
+    """The upstream's own error message (its JSON body's ``error.message``), if it gave one."""
+    body = call.get("upstream_body")
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return fallback
+
+
+def _call_cause(call: Mapping[str, Any]) -> str | None:
+    """What one gateway record says failed upstream (None: the call was answered, or its
+    failure was the request's own, a 4xx other than 401/403/429)."""
+    upstream = call.get("upstream")
+    upstream = upstream if isinstance(upstream, dict) else {}
+    status = upstream.get("status")
+    error = upstream.get("error")
+    code = status if isinstance(status, int) and not isinstance(status, bool) else None
+    if code is not None and code < 400 and not error:
+        return None
+    if code in (401, 403):
+        message = _upstream_message(call, "unauthorized")
+        return f"provider refused the credentials (HTTP {code}): {message}"
+    if code == 429:
+        return f"provider rate limit (HTTP 429): {_upstream_message(call, 'rate limited')}"
+    if code is not None and code >= 500:
+        return f"provider error (HTTP {code}): {_upstream_message(call, 'server error')}"
+    if code is None and isinstance(error, str):
+        url = str(call.get("upstream_url") or call.get("upstream_name") or "")
+        return f"provider unreachable ({url}): {error}" if url else f"provider {error}"
+    return None
+
+
+def gateway_cause(calls: Iterable[Any]) -> InfraCause | None:
+    """The infrastructure cause of a failed run from the model gateway's records of its
+    calls (arenad.gateway; the agent cannot write them): every call failed upstream (a 429,
+    a 5xx, refused credentials, a timeout, a refused connection) and none was answered; the
+    cause is the last call's. None when a call was answered, one was refused by the
+    attempt's own spend cap, one failed as the request's own fault, or there were none."""
+    cause: str | None = None
+    for call in calls:
+        if not isinstance(call, dict) or call.get("type") != "gateway.call":
+            continue
+        if call.get("refused"):
+            return None
+        cause = _call_cause(call)
+        if cause is None:
+            return None
     return InfraCause(cause=_line(cause)) if cause is not None else None

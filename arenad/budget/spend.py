@@ -11,8 +11,8 @@ An attempt's cost is, in this order:
 2. otherwise (running, or ended and not recovered), the live figure: the best lower bound
    the ingested lines give — opencode's ``step_finish`` parts' ``cost`` on the stdout
    stream (``opencode run --format json``), the supervisor journal's ``settled`` workers'
-   ``spent.usd``, and state.json's ``result.spentUsd`` (the whole tree), whichever is
-   largest;
+   ``spent.usd``, state.json's ``result.spentUsd`` (the whole tree), and the model
+   gateway's journal of the attempt's calls (source ``gateway``), whichever is largest;
 3. unknown, when the arm cannot report cost (a command arm whose output carries none; once
    recovered, a command arm's cost is unknown whatever its output or its store said: both
    are the agent's own word) or its recovery could not say. Unknown is counted apart
@@ -65,7 +65,7 @@ SPEND_TAGS = frozenset(
     }
 )
 # The ingest kinds that can carry a cost (LineIngested.kind: the JSON's "type" or "kind").
-COST_KINDS = frozenset({"step_finish", "settled", "spawned"})
+COST_KINDS = frozenset({"step_finish", "settled", "spawned", "gateway.call"})
 REPORTING_KINDS = frozenset({"solo", "supervisor"})
 
 
@@ -118,6 +118,8 @@ class _Attempt:
     stream_units: int = 0
     journal_units: int = 0
     state_units: int | None = None
+    # The model gateway's journal of this attempt's calls (arenad.gateway): its figure.
+    gateway_units: int = 0
     cost_seen: bool = False
     root_ids: set[str] = field(default_factory=set)
     seen: set[tuple[str, str, int]] = field(default_factory=set)
@@ -232,7 +234,8 @@ class SpendFold:
         live_known = a.cost_seen or self._arm_kinds.get((a.campaign, a.arm)) in REPORTING_KINDS
         if not live_known:
             return 0, "unknown", running
-        return max(a.stream_units, a.journal_units, a.state_units or 0), "live", running
+        live = max(a.stream_units, a.journal_units, a.state_units or 0, a.gateway_units)
+        return live, "live", running
 
     def _update(self, cell_id: str, attempt: int, event: Event) -> str | None:
         key = (cell_id, attempt)
@@ -303,7 +306,15 @@ class SpendFold:
             obj = json.loads(line.raw)
         except (ValueError, RecursionError):
             return False
-        if line.source == "supervisor":
+        if line.source == "gateway":
+            if line.kind != "gateway.call":
+                return False
+            cost = _number(_get(obj, "cost_usd"))
+            if cost is None:
+                return False
+            a.seen.add(key)
+            a.gateway_units += units(cost)
+        elif line.source == "supervisor":
             if line.path != "journal.jsonl":
                 return False
             if line.kind == "spawned":

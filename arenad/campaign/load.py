@@ -145,6 +145,7 @@ from events.specs import (
     CellSpec,
     CommandArm,
     ExecutorSpec,
+    GatewaySpec,
     InstanceSpec,
     JudgeSpec,
     MaterializerSpec,
@@ -254,6 +255,12 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
     network: Literal["model", "none", "host"] | None = None
 
 
+class GatewayFile(_Strict, frozen=True, kw_only=True):
+    kind: Literal["gateway", "none"] = "gateway"
+    max_usd: float | None = None
+    max_tokens: int | None = None
+
+
 class JudgeFile(_Strict, frozen=True, kw_only=True):
     kind: Literal["command", "swebench"] = "command"
     command: str = ""
@@ -312,6 +319,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     secrets: SecretsFile | None = None
     judge: JudgeFile | None = None
     sandbox: SandboxFile | None = None
+    gateway: GatewayFile | None = None
     candidate: CandidateFile | None = None
     executor: ExecutorFile | None = None
     arms: list[ArmFile]
@@ -742,6 +750,7 @@ class _Resolved(msgspec.Struct, frozen=True, kw_only=True):
     candidate: CandidateSpec | None
     executor: ExecutorSpec | None
     sandbox: SandboxSpec
+    gateway: GatewaySpec
     # [sandbox] network as given (None: each arm's default).
     network: Network | None = None
     # Each container image the cells need (materializer, swebench judge) -> the first
@@ -822,6 +831,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         executor=_executor(parsed.executor, where),
         sandbox=_sandbox(parsed.sandbox, base, secrets, where, arms),
         network=parsed.sandbox.network if parsed.sandbox is not None else None,
+        gateway=_gateway(parsed.gateway, where),
     )
 
 
@@ -860,6 +870,18 @@ def _judge(parsed: JudgeFile | None, where: str) -> JudgeSpec | None:
         pids=parsed.pids,
         cpus=parsed.cpus,
     )
+
+
+def _gateway(spec: GatewayFile | None, where: str) -> GatewaySpec:
+    """The [gateway] table; absent: the gateway (for the arms it serves, see _cells_of)."""
+    spec = spec if spec is not None else GatewayFile()
+    if spec.max_usd is not None and not (math.isfinite(spec.max_usd) and spec.max_usd > 0):
+        raise CampaignError(
+            f"{where}: [gateway] max_usd = {spec.max_usd} must be a finite number > 0"
+        )
+    if spec.max_tokens is not None and spec.max_tokens < 1:
+        raise CampaignError(f"{where}: [gateway] max_tokens = {spec.max_tokens} must be >= 1")
+    return GatewaySpec(kind=spec.kind, max_usd=spec.max_usd, max_tokens=spec.max_tokens)
 
 
 def _rows(parsed: CampaignFile, base: Path, where: str) -> Callable[[], Iterable[Row]]:
@@ -935,6 +957,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                     r.sandbox, network=r.network or default_network(arm)
                 ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
+                # Only the solo arm points its agent at the gateway so far; the others
+                # keep reaching their provider themselves.
+                gateway=r.gateway if isinstance(arm, SoloArm) else GatewaySpec(),
             )
 
 

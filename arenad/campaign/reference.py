@@ -127,6 +127,14 @@ KEYS: dict[str, str] = {
     "VerifyFile.verify_in": "`checkout`: a fresh checkout of the base commit with the stored "
     "patch applied (the agent's workspace is never graded); `workspace`: the agent's own "
     "workspace, recorded as self-reported (see docs/grading.md).",
+    # -- [gateway]
+    "CampaignFile.gateway": "The model gateway; see [`[gateway]`](#gateway).",
+    "GatewayFile.kind": "`gateway`: a solo cell's model calls go through the daemon's model "
+    "gateway (recorded once, the provider key kept out of the cell, caps enforced per call); "
+    "`none`: the agent reaches its provider itself (see docs/gateway.md).",
+    "GatewayFile.max_usd": "Per-attempt spend cap enforced at the gateway before each call "
+    "(overshoot at most one call).",
+    "GatewayFile.max_tokens": "Per-attempt token cap enforced at the gateway before each call.",
     # -- [executor]
     "ExecutorFile.kind": "`local`: the daemon's machine; `ray`: a node of the daemon's Ray "
     "cluster (the daemon must run that executor).",
@@ -207,6 +215,7 @@ TABLES: dict[str, str] = {
     "SandboxFile": "Optional. What every agent run, verify command and judge sees.",
     "JudgeFile": "Optional. A judge, run after verify.",
     "VerifyFile": "Optional. Where the grade is made.",
+    "GatewayFile": "Optional. The model gateway (on by default for solo arms).",
     "ExecutorFile": "Optional. Where the cells run; a cell that asks for another executor "
     "than the daemon's fails at once.",
     "CandidateFile": "Optional. Which improvement-loop candidate the campaign evaluates (the "

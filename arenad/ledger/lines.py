@@ -130,13 +130,17 @@ def rollout_line(
     cost: Cost,
     artifacts: Artifacts,
     provenance: Provenance,
+    steps: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One line, keys in the declaration order (no ``steps``: arenad records none)."""
+    """One line, keys in the declaration order; ``steps`` only when given (the model
+    gateway's calls: arenad.ledger.project)."""
     line: dict[str, Any] = {"schema": ROLLOUT_SCHEMA, **_section(head)}
     line["task"] = _section(task)
     line["policy"] = _section(policy)
     line["messages"] = messages
     line["tool_defs"] = []
+    if steps is not None:
+        line["steps"] = steps
     line["outcome"] = _section(outcome)
     line["cost"] = _section(cost)
     line["artifacts"] = _section(artifacts)

@@ -54,6 +54,7 @@ the event that recorded it:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
@@ -91,6 +92,7 @@ from arenad.recovery.opencode_transcript import (
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
+from events.ingest import LineIngested
 from events.specs import CandidateSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
 __all__ = [
@@ -430,7 +432,64 @@ def _agent_line(
             transcript_ref=f"opencode:{root_id}" if root_id is not None else None,
         ),
         Provenance(captured_at=captured_at, gap=gap),
+        _gateway_steps(a),
     )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        return value
+    return None
+
+
+def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
+    """One step per model call the gateway recorded for the attempt (None: no records),
+    with the token IDs and chosen-token logprobs when the upstream returned them. Only the
+    declared step keys; a malformed field is left out, never guessed."""
+    steps: list[dict[str, Any]] = []
+    for rec in a.ingested or []:
+        e = rec.event
+        if not (isinstance(e, LineIngested) and e.source == "gateway" and e.kind == "gateway.call"):
+            continue
+        try:
+            call = json.loads(e.raw)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(call, dict):
+            continue
+        request = _object(call.get("request"))
+        upstream = _object(call.get("upstream"))
+        status = upstream.get("status")
+        ok = not call.get("refused") and isinstance(status, int) and status < 400
+        step: dict[str, Any] = {
+            "kind": "llm",
+            "name": request.get("model") if isinstance(request.get("model"), str) else "model",
+            "status": "ok" if ok else "error",
+            "llm_call_count": 1,
+        }
+        latency = number_or_none(call.get("latency_ms"))
+        if latency is not None and math.isfinite(latency):
+            step["durationMs"] = latency
+        ids = _object(call.get("token_ids"))
+        prompt, completion = _int_list(ids.get("prompt")), _int_list(ids.get("completion"))
+        if prompt is not None:
+            step["prompt_token_ids"] = prompt
+        if completion is not None:
+            step["completion_token_ids"] = completion
+        entries = call.get("logprobs")
+        if isinstance(entries, list):
+            values = [number_or_none(_object(x).get("logprob")) for x in entries]
+            finite = [v for v in values if v is not None and math.isfinite(v)]
+            if len(finite) == len(values):
+                step["logprobs"] = finite
+        steps.append(step)
+    return steps or None
 
 
 def _judge_figures(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Any, Any]:

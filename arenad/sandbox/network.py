@@ -138,7 +138,10 @@ def model_endpoints(
     a command arm, every http(s) URL in the arm's own env. ``home`` is the arenad home (where
     a model gateway's socket would live). Raises SandboxError for one that cannot be
     forwarded, and for a solo or supervisor arm with none at all."""
-    del home  # no gateway yet: the endpoints are the agent's own configuration
+    # With the model gateway (arenad.gateway.cell.point_opencode) the config copy already
+    # names the gateway's loopback port, so that is the one endpoint let in: the upstream is
+    # the gateway's to reach, never the cell's.
+    del home
     found: list[tuple[str, str]] = []
     try:
         with open(cell_paths(run_dir).opencode_config, "rb") as f:

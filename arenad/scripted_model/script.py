@@ -12,6 +12,10 @@ Format (every key is checked; an unknown key is an error naming it and where it 
     chunk_chars = 24            # stream text / tool arguments in pieces of this many chars
     delay_s = 0.0               # default wait before answering a request
     chunk_delay_s = 0.0         # default wait between streamed chunks
+    logprobs = false            # always answer with OpenAI chosen-token logprobs (else
+                                # only when the request says logprobs / top_logprobs)
+    token_ids = false           # always answer with vLLM-style prompt_token_ids and
+                                # token_ids (else only for return_token_ids = true)
 
     [usage]                     # default usage reported for every answer
     prompt_tokens = 1000        # (these four are the defaults if [usage] is left out:
@@ -259,6 +263,10 @@ class Script(_Config, frozen=True):
     chunk_chars: int = 24
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    # Every answer carries OpenAI logprobs / vLLM token ids, asked for or not (an agent such
+    # as opencode cannot ask).
+    logprobs: bool = False
+    token_ids: bool = False
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -341,10 +341,18 @@ class ScriptedModelServer:
                 created=created,
                 chunk_chars=script.chunk_chars,
                 include_usage=include_usage,
+                extras=wire.extras_for(body, script),
             )
             await self._send_sse(writer, chunks, reply.chunk_delay_s)
             return False
-        payload = wire.completion(reply, completion_id=completion_id, model=model, created=created)
+        payload = wire.completion(
+            reply,
+            completion_id=completion_id,
+            model=model,
+            created=created,
+            extras=wire.extras_for(body, script),
+            chunk_chars=script.chunk_chars,
+        )
         return await self._send_json(writer, 200, payload, keep)
 
     async def _send_json(

@@ -6,7 +6,8 @@ bytes for the same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -26,6 +27,70 @@ def usage_json(usage: ResolvedUsage) -> JSON:
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
+
+
+class Extras(msgspec.Struct, frozen=True, kw_only=True):
+    """What an answer carries besides the text: OpenAI's chosen-token ``logprobs`` (with
+    ``top_logprobs`` alternatives) and vLLM's ``prompt_token_ids`` / ``token_ids``. Tokens
+    are the streamed pieces; their ids and logprobs are a pure function of the piece, so a
+    test knows what to expect."""
+
+    logprobs: bool = False
+    top_logprobs: int = 0
+    token_ids: bool = False
+    prompt_token_ids: list[int] = []
+
+
+def token_id(piece: str) -> int:
+    return zlib.crc32(piece.encode("utf-8")) % 100_000
+
+
+def token_logprob(piece: str) -> float:
+    return -round((token_id(piece) % 1000) / 1000, 3)
+
+
+def extras_for(body: Mapping[str, Any], script: Script) -> Extras:
+    """What the request asked for (``logprobs``, ``top_logprobs``, vLLM's
+    ``return_token_ids``), or the script's ``logprobs`` / ``token_ids`` always."""
+    top = body.get("top_logprobs")
+    top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else 0
+    token_ids = body.get("return_token_ids") is True or script.token_ids
+    prompt: list[int] = []
+    if token_ids:
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            text = content if isinstance(content, str) else msgspec.json.encode(content).decode()
+            prompt += [token_id(p) for p in pieces(text, script.chunk_chars)]
+    return Extras(
+        logprobs=body.get("logprobs") is True or script.logprobs,
+        top_logprobs=min(top, 20),
+        token_ids=token_ids,
+        prompt_token_ids=prompt,
+    )
+
+
+def _logprob_entry(piece: str, top: int) -> JSON:
+    entry: JSON = {
+        "token": piece,
+        "logprob": token_logprob(piece),
+        "bytes": list(piece.encode("utf-8")),
+        "top_logprobs": [],
+    }
+    for k in range(top):
+        alt = piece if k == 0 else f"{piece}~{k}"
+        entry["top_logprobs"].append(
+            {"token": alt, "logprob": token_logprob(piece) - k, "bytes": list(alt.encode())}
+        )
+    return entry
+
+
+def _tokens(choice: JSON, piece_list: list[str], extras: Extras) -> None:
+    if extras.logprobs:
+        choice["logprobs"] = {
+            "content": [_logprob_entry(p, extras.top_logprobs) for p in piece_list]
+        }
+    if extras.token_ids:
+        choice["token_ids"] = [token_id(p) for p in piece_list]
 
 
 def pieces(text: str, size: int) -> Iterator[str]:
@@ -58,6 +123,7 @@ def stream_chunks(
     created: int,
     chunk_chars: int,
     include_usage: bool,
+    extras: Extras | None = None,
 ) -> list[JSON]:
     """The chat.completion.chunk objects for ``reply``, in order (without ``[DONE]``).
 
@@ -68,10 +134,19 @@ def stream_chunks(
     finish chunk instead.
     """
     chunks = [_chunk(completion_id, model, created, {"role": "assistant"})]
+    extras = extras or Extras()
+    if extras.token_ids:
+        chunks[0]["prompt_token_ids"] = extras.prompt_token_ids
+
+    def tokened(chunk: JSON, piece: str) -> JSON:
+        _tokens(chunk["choices"][0], [piece], extras)
+        return chunk
+
     for piece in pieces(reply.reasoning or "", chunk_chars):
-        chunks.append(_chunk(completion_id, model, created, {"reasoning_content": piece}))
+        chunk = _chunk(completion_id, model, created, {"reasoning_content": piece})
+        chunks.append(tokened(chunk, piece))
     for piece in pieces(reply.text or "", chunk_chars):
-        chunks.append(_chunk(completion_id, model, created, {"content": piece}))
+        chunks.append(tokened(_chunk(completion_id, model, created, {"content": piece}), piece))
     for index, call in enumerate(reply.tool_calls):
         head = {
             "index": index,
@@ -82,7 +157,8 @@ def stream_chunks(
         chunks.append(_chunk(completion_id, model, created, {"tool_calls": [head]}))
         for piece in pieces(call.arguments, chunk_chars):
             part = {"index": index, "function": {"arguments": piece}}
-            chunks.append(_chunk(completion_id, model, created, {"tool_calls": [part]}))
+            chunk = _chunk(completion_id, model, created, {"tool_calls": [part]})
+            chunks.append(tokened(chunk, piece))
     finish = _chunk(completion_id, model, created, {}, reply.finish_reason)
     usage = usage_json(reply.usage)
     if include_usage:
@@ -107,8 +183,18 @@ def sse_event(payload: JSON) -> bytes:
     return b"data: " + msgspec.json.encode(payload) + b"\n\n"
 
 
-def completion(reply: Reply, *, completion_id: str, model: str, created: int) -> JSON:
-    """A non-streaming chat.completion object for ``reply``."""
+def completion(
+    reply: Reply,
+    *,
+    completion_id: str,
+    model: str,
+    created: int,
+    extras: Extras | None = None,
+    chunk_chars: int = 24,
+) -> JSON:
+    """A non-streaming chat.completion object for ``reply`` (its tokens: the pieces it
+    would have been streamed in)."""
+    extras = extras or Extras()
     message: JSON = {"role": "assistant", "content": reply.text}
     if reply.reasoning:
         message["reasoning_content"] = reply.reasoning
@@ -121,21 +207,25 @@ def completion(reply: Reply, *, completion_id: str, model: str, created: int) ->
             }
             for call in reply.tool_calls
         ]
-    return {
+    choice: JSON = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": reply.finish_reason,
+    }
+    texts = [reply.reasoning or "", reply.text or ""] + [c.arguments for c in reply.tool_calls]
+    _tokens(choice, [p for text in texts for p in pieces(text, chunk_chars)], extras)
+    out: JSON = {
         "id": completion_id,
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": reply.finish_reason,
-            }
-        ],
+        "choices": [choice],
         "usage": usage_json(reply.usage),
     }
+    if extras.token_ids:
+        out["prompt_token_ids"] = extras.prompt_token_ids
+    return out
 
 
 def model_object(model_id: str, created: int) -> JSON:

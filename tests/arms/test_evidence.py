@@ -70,3 +70,30 @@ def test_the_cause_is_one_bounded_line() -> None:
     assert found is not None
     assert "\n" not in found.cause and len(found.cause) <= 300
     assert found.cause.startswith("provider error (HTTP 500): line one line two")
+
+
+def _call(status: int | None, error: str | None = None, **extra: object) -> dict[str, object]:
+    return {"type": "gateway.call", "upstream": {"status": status, "error": error}, **extra}
+
+
+def test_gateway_records_every_call_failed_upstream_is_the_infrastructures() -> None:
+    from arenad.arms.evidence import gateway_cause
+
+    body = '{"error": {"message": "slow down", "type": "rate_limit_error"}}'
+    calls = [_call(429, "upstream 429", upstream_body=body)] * 3
+    cause = gateway_cause(calls)
+    assert cause is not None and cause.cause == "provider rate limit (HTTP 429): slow down"
+    five = gateway_cause([_call(503, "upstream 503")])
+    assert five is not None and five.cause.startswith("provider error (HTTP 503)")
+    down = gateway_cause(
+        [_call(None, "refused: ConnectionRefusedError", upstream_url="http://u/v1")]
+    )
+    assert down is not None and down.cause.startswith("provider unreachable (http://u/v1)")
+    # One answered call: the agent had its turn.
+    assert gateway_cause([_call(429, "upstream 429"), _call(200)]) is None
+    # A refusal at the attempt's own cap, or the request's own 400: never the provider's.
+    assert gateway_cause([_call(None, refused="budget")]) is None
+    assert gateway_cause([_call(400, "upstream 400")]) is None
+    # No calls, or lines that are not gateway records: no evidence.
+    assert gateway_cause([]) is None
+    assert gateway_cause([{"type": "error", "upstream": {"status": 500}}]) is None

@@ -670,3 +670,35 @@ def test_the_network_defaults_per_arm_and_a_given_one_applies_to_all(tmp_path: P
     assert given.sandbox.network == "host"
     with pytest.raises(CampaignError, match=r"Invalid enum value 'lan' - at `sandbox.network`"):
         load_campaign(write(tmp_path, GOOD + '[sandbox]\nnetwork = "lan"\n'))
+
+
+def test_the_gateway_is_the_default_for_solo_arms_and_none_opts_out(tmp_path: Path) -> None:
+    from events.specs import GatewaySpec
+
+    cells = load_campaign(write(tmp_path, GOOD)).cells
+    assert [c.gateway for c in cells] == [GatewaySpec(kind="gateway")] * 2
+    text = GOOD.replace("reps = 2", 'reps = 1\n[gateway]\nkind = "none"')
+    assert load_campaign(write(tmp_path, text)).cells[0].gateway.kind == "none"
+    capped = GOOD.replace("reps = 2", "reps = 1\n[gateway]\nmax_usd = 1.5\nmax_tokens = 9")
+    assert load_campaign(write(tmp_path, capped)).cells[0].gateway == GatewaySpec(
+        kind="gateway", max_usd=1.5, max_tokens=9
+    )
+    # A command arm is not pointed at the gateway (yet): its cells record none.
+    command = GOOD.replace('kind = "solo"\nmodel = "p/m"', 'kind = "command"\nargv = ["true"]')
+    assert load_campaign(write(tmp_path, command)).cells[0].gateway.kind == "none"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("max_usd = 0", "[gateway] max_usd = 0"),
+        ("max_usd = inf", "[gateway] max_usd = inf"),
+        ("max_tokens = 0", "[gateway] max_tokens = 0"),
+        ('kind = "proxy"', "gateway"),
+    ],
+)
+def test_bad_gateway_tables_say_what_and_where(tmp_path: Path, table: str, message: str) -> None:
+    path = write(tmp_path, GOOD.replace("reps = 2", f"reps = 1\n[gateway]\n{table}"))
+    with pytest.raises(CampaignError) as err:
+        load_campaign(path)
+    assert message in str(err.value) and str(path) in str(err.value)

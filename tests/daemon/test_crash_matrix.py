@@ -228,11 +228,15 @@ def _check(case: Case, root: Path, records: list[Recorded]) -> None:
     run_dir = Path(materialized[-1].run_dir)
     ingest = [r.event for r in records if r.stream == f"ingest/{case.cell}/{attempt}"]
     if case.cell.endswith(":SOLO:0"):
-        lines = [e for e in ingest if isinstance(e, LineIngested)]
+        lines = [e for e in ingest if isinstance(e, LineIngested) and e.source == "stdout"]
         assert (
             b"".join(e.raw.encode() + b"\n" for e in lines) == (run_dir / "oc.jsonl").read_bytes()
         )
         assert [e.offset for e in lines] == sorted({e.offset for e in lines})
+        # The model gateway's records of the calls (the default for solo): once each.
+        calls = [e for e in ingest if isinstance(e, LineIngested) and e.source == "gateway"]
+        assert len(calls) == STEPS
+        assert [e.offset for e in calls] == sorted({e.offset for e in calls})
     else:
         assert_files_ingested_exactly(ingest, run_dir / "ws" / SUP_RUN, run_dir / "brain.jsonl")
     # Spend: recovered, equal to the agent's own store.

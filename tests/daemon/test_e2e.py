@@ -234,7 +234,11 @@ def test_two_instances_solo_real_opencode(
         assert any(f"[{iid}]" in json.dumps(p.data) for p in captures[0].parts)
 
         # Every stdout line was ingested, byte for byte.
-        lines = [e for e in _stream(recorded, f"ingest/{cell}/1") if isinstance(e, LineIngested)]
+        lines = [
+            e
+            for e in _stream(recorded, f"ingest/{cell}/1")
+            if isinstance(e, LineIngested) and e.source == "stdout"
+        ]
         raw = (run_dir / "oc.jsonl").read_bytes()
         assert lines and all(e.encoding == "utf-8" for e in lines)
         assert "".join(e.raw + "\n" for e in lines).encode() == raw

@@ -1,0 +1,5 @@
+import sys
+
+from arenad.gateway.server import main
+
+sys.exit(main())

@@ -1,0 +1,155 @@
+"""Point a cell's opencode at the gateway: one grant per attempt, the config rewritten.
+
+Each provider of the cell's opencode config that names a ``baseURL`` becomes an upstream of
+the attempt's grant, and the config's provider now names the gateway
+(``http://127.0.0.1:<port>/u/<provider>/v1``) and the attempt's token as its ``apiKey``. The
+provider's key moves out of the cell: ``{env:NAME}`` becomes the grant's ``key_env`` (the
+gateway reads it from its own environment, or from the campaign's secrets env files, by name);
+a literal key moves into the grant (a file of the daemon's home, which the cell cannot see).
+The names of those variables are returned so the arm drops them from the agent's env.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from arenad.gateway import grants, process
+from arenad.gateway.grants import Grant, Price, Upstream
+from events.specs import CellSpec
+
+_ENV_REF = re.compile(r"^\{env:([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+class PointedConfig(msgspec.Struct, frozen=True, kw_only=True):
+    token: str
+    # The environment variables that held upstream keys: kept out of the agent's env.
+    key_names: list[str]
+    providers: list[str]
+
+
+def _prices(models: Any) -> dict[str, Price]:
+    out: dict[str, Price] = {}
+    if not isinstance(models, dict):
+        return out
+    for model_id, block in models.items():
+        cost = block.get("cost") if isinstance(block, dict) else None
+        if not isinstance(cost, dict):
+            continue
+        upstream_id = block.get("id") if isinstance(block.get("id"), str) else model_id
+        price = Price(
+            input=float(cost.get("input") or 0.0),
+            output=float(cost.get("output") or 0.0),
+            cache_read=float(cost.get("cache_read") or 0.0),
+            cache_write=float(cost.get("cache_write") or 0.0),
+        )
+        out[str(upstream_id)] = price
+    return out
+
+
+def attempt_grant(
+    config: Mapping[str, Any],
+    spec: CellSpec,
+    cell_id: str,
+    attempt: int,
+    key_files: list[str],
+    auth_file: str | None = None,
+) -> tuple[Grant, dict[str, Any], list[str]]:
+    """(the grant, the config with its providers pointed at ``{gateway}``, key env names).
+
+    Pure: the rewritten config has ``{gateway}`` and ``{token}`` placeholders in place of the
+    gateway's base URL and the token, which :func:`point_opencode` fills in."""
+    rewritten = json.loads(json.dumps(config))
+    upstreams: dict[str, Upstream] = {}
+    prices: dict[str, Price] = {}
+    names: list[str] = []
+    providers = rewritten.get("provider")
+    for provider_id, block in (providers if isinstance(providers, dict) else {}).items():
+        options = block.get("options") if isinstance(block, dict) else None
+        if not isinstance(options, dict) or not isinstance(options.get("baseURL"), str):
+            continue
+        key = options.get("apiKey")
+        key_env = key_value = None
+        if isinstance(key, str):
+            match = _ENV_REF.match(key)
+            if match:
+                key_env = match.group(1)
+                names.append(key_env)
+            else:
+                key_value = key
+        upstreams[provider_id] = Upstream(
+            base_url=options["baseURL"],
+            key_env=key_env,
+            key_env_files=key_files if key_env else [],
+            key_value=key_value,
+            # No key in the config: opencode would have used its auth file's.
+            auth_file=auth_file if key is None else None,
+            auth_provider=provider_id if key is None else None,
+        )
+        prices.update(_prices(block.get("models")))
+        options["baseURL"] = f"{{gateway}}/u/{provider_id}/v1"
+        options["apiKey"] = "{token}"
+    grant = Grant(
+        campaign_id=spec.campaign,
+        cell_id=cell_id,
+        attempt=attempt,
+        upstreams=upstreams,
+        prices=prices,
+        max_usd=spec.gateway.max_usd,
+        max_tokens=spec.gateway.max_tokens,
+        issued_at_ms=int(time.time() * 1000),
+    )
+    return grant, rewritten, names
+
+
+def _fill(value: Any, base: str, token: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _fill(v, base, token) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, base, token) for v in value]
+    if value == "{token}":
+        return token
+    if isinstance(value, str) and value.startswith("{gateway}/u/"):
+        return base + value.removeprefix("{gateway}")
+    return value
+
+
+def point_opencode(
+    home: Path,
+    config_path: Path,
+    spec: CellSpec,
+    cell_id: str,
+    attempt: int,
+    env: Mapping[str, str],
+) -> PointedConfig | None:
+    """Start (or adopt) the gateway, issue the attempt's grant, rewrite the cell's config.
+    None: the config names no provider with a ``baseURL`` (nothing to point)."""
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    secrets = spec.secrets
+    key_files = [os.path.join(secrets.dir, f) for f in secrets.env_files] if secrets else []
+    grant, rewritten, names = attempt_grant(
+        config, spec, cell_id, attempt, key_files, env.get("SWE_ARENA_OPENCODE_AUTH_FILE")
+    )
+    if not grant.upstreams:
+        return None
+    endpoint = process.ensure(home, env=env)
+    token = grants.issue(home, grant)
+    filled = _fill(rewritten, f"http://127.0.0.1:{endpoint.port}", token)
+    tmp = config_path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(filled, f)
+    os.replace(tmp, config_path)
+    return PointedConfig(token=token, key_names=names, providers=sorted(grant.upstreams))

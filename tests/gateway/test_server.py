@@ -1,0 +1,190 @@
+"""The gateway process against the real scripted model: forwarding, records, caps, errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arenad.gateway import grants, paths, process
+from arenad.scripted_model import wire
+from tests.gateway.support import (
+    SCRIPT,
+    UPSTREAM_KEY,
+    chat,
+    grant_for,
+    journal,
+    start_gateway,
+)
+from tests.opencode_support import RunningModel
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "home"
+    process.stop(tmp_path / "home")
+
+
+def test_chat_non_stream_is_forwarded_and_recorded(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    status, body = chat(gw.port, token, [{"role": "user", "content": "hello"}])
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["choices"][0]["message"]["content"].startswith("Hi there")
+    # The upstream saw its own key, never the attempt's token.
+    assert model.authorizations == [f"Bearer {UPSTREAM_KEY}"]
+    [line] = journal(home)
+    assert line["cell_id"] == "c1" and line["attempt"] == 1
+    assert line["upstream"] == {"status": 200, "error": None}
+    assert line["usage"] == {
+        "input": 800,
+        "output": 43,
+        "reasoning": 7,
+        "cache_read": 200,
+        "cache_write": 0,
+    }
+    # opencode's own arithmetic (facts/opencode.md §2.4): 0.00321.
+    assert line["cost_usd"] == pytest.approx(0.00321)
+    assert line["request"]["new_messages"] == [{"role": "user", "content": "hello"}]
+    assert line["response"]["content"].startswith("Hi there")
+    assert line["response"]["finish_reason"] == "stop"
+
+
+def test_stream_relayed_and_only_new_messages_recorded(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    first = [{"role": "user", "content": "hello"}]
+    status, body = chat(gw.port, token, first, stream=True)
+    assert status == 200
+    assert body.rstrip().endswith(b"data: [DONE]")
+    text = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in body.decode().splitlines()
+        if line.startswith("data: {") and json.loads(line[6:])["choices"]
+    )
+    assert text == "Hi there, this is a longer streamed answer."
+    second = [*first, {"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+    status, _ = chat(gw.port, token, second, stream=True)
+    assert status == 200
+    one, two = journal(home)
+    assert one["response"]["content"] == text
+    assert two["response"]["content"] == "Second answer."
+    assert two["request"]["prefix_len"] == 1
+    assert two["request"]["prefix_hash"] == one["request"]["prompt_hash"]
+    assert two["request"]["new_messages"] == second[1:]
+    assert two["usage"]["input"] == 800
+
+
+def test_unknown_token_is_refused_and_nothing_forwarded(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    grants.revoke(home, token)
+    status, _ = chat(gw.port, token, [{"role": "user", "content": "hello"}])
+    assert status == 401
+    assert model.requests == []
+
+
+def test_max_usd_refuses_the_next_call_as_a_provider_would(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, max_usd=0.005)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    statuses = [chat(gw.port, token, messages)[0] for _ in range(3)]
+    # 0.00321 spent after one call (< cap); 0.00642 after two (>= cap): the third is refused.
+    assert statuses == [200, 200, 402]
+    lines = journal(home)
+    assert [line.get("refused") for line in lines] == [None, None, "budget"]
+    spent = sum(line["cost_usd"] or 0 for line in lines)
+    assert spent <= 0.005 + 0.00321 + 1e-12
+    assert len(model.requests) == 2
+
+
+def test_upstream_error_is_relayed_and_recorded(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    model = scripted_model(
+        SCRIPT.replace(
+            'text = "Hi there, this is a longer streamed answer."',
+            'error = { status = 429, message = "slow down" }',
+        )
+    )
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    status, body = chat(gw.port, token, [{"role": "user", "content": "hello"}], stream=True)
+    assert status == 429
+    assert b"slow down" in body
+    [line] = journal(home)
+    assert line["upstream"] == {"status": 429, "error": "upstream 429"}
+    assert line["usage"] is None
+
+
+def test_refused_upstream_is_a_502_recorded_as_refused(home: Path) -> None:
+    gw = start_gateway(home)
+    token = grant_for(home, "http://127.0.0.1:9/v1")
+    status, _ = chat(gw.port, token, [{"role": "user", "content": "hello"}])
+    assert status == 502
+    [line] = journal(home)
+    assert line["upstream"]["status"] is None
+    assert line["upstream"]["error"].startswith("refused")
+
+
+def test_a_second_ensure_adopts_the_running_gateway(home: Path) -> None:
+    first = start_gateway(home)
+    second = start_gateway(home)
+    assert second == first
+    assert paths.model_endpoint(home).exists()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_token_ids_and_logprobs_are_recorded_when_returned(
+    home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
+) -> None:
+    model = scripted_model("chunk_chars = 8\n" + SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    messages = [{"role": "user", "content": "hello"}]
+    status, _ = chat(
+        gw.port,
+        token,
+        messages,
+        stream=stream,
+        logprobs=True,
+        top_logprobs=2,
+        return_token_ids=True,
+    )
+    assert status == 200
+    [line] = journal(home)
+    text = "Hi there, this is a longer streamed answer."
+    expected = [text[i : i + 8] for i in range(0, len(text), 8)]
+    assert line["token_ids"] == {
+        "prompt": [wire.token_id("hello")],
+        "completion": [wire.token_id(p) for p in expected],
+    }
+    assert [e["token"] for e in line["logprobs"]] == expected
+    assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
+    assert all(len(e["top"]) == 2 for e in line["logprobs"])
+    assert line["request"]["sampling"]["top_logprobs"] == 2
+
+
+def test_concurrent_starts_make_one_gateway(home: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        endpoints = list(pool.map(lambda _: start_gateway(home), range(4)))
+    assert len({e.pid for e in endpoints}) == 1
+    assert process.running(home) == endpoints[0]
