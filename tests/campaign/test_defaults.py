@@ -23,6 +23,9 @@ RESOLVED_AT_SUBMIT = {
     ("SandboxFile", "cpus"),
     # None: each arm's default (model or none); the spec's own default is an old spec's.
     ("SandboxFile", "network"),
+    # No [gateway] table means the gateway for a solo arm, resolved per cell; a spec
+    # recorded before the gateway decodes as none (its agent reached the provider itself).
+    ("CampaignFile", "gateway"),
 }
 
 PAIRS = [
