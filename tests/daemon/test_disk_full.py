@@ -51,8 +51,7 @@ def test_a_full_disk_is_recorded_naming_the_filler_and_the_next_daemon_starts(
     ended = [
         r.event
         for r in records
-        if isinstance(r.event, ev.RunCompleted | ev.RunAborted)
-        and r.stream == "cell/fill:i1:CMD:0"
+        if isinstance(r.event, ev.RunCompleted | ev.RunAborted) and r.stream == "cell/fill:i1:CMD:0"
     ]
     assert [type(e).__name__ for e in ended] == ["RunCompleted"], ended
     assert isinstance(ended[0], ev.RunCompleted) and ended[0].rc == 7
