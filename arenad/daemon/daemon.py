@@ -585,7 +585,8 @@ class Daemon:
             ) from self.fatal
         if self.fatal is not None and diskfull.is_disk_full(self.fatal):
             self._disk_filled()
-            await self._record_disk_full(str(self.fatal))
+            # Stopping: runs are left running for the next daemon, as on any fatal stop.
+            await self._record_disk_full(str(self.fatal), end_largest=False)
         if self.fatal is not None:
             raise DaemonFatal(
                 f"{self.fatal}; the daemon stopped without recording anything more. The log"
@@ -630,18 +631,22 @@ class Daemon:
             if self._disk_full.is_set():
                 self._disk_full.clear()
                 self._runs_at_disk_full = self._running_runs()
-                await self._record_disk_full("database or disk is full")
+                await self._record_disk_full("database or disk is full", end_largest=True)
             elif not diskfull.reserve_path(self.home.root).exists():
                 await asyncio.to_thread(diskfull.ensure_reserve, self.home.root)
 
-    async def _record_disk_full(self, error: str) -> None:
+    async def _record_disk_full(self, error: str, *, end_largest: bool) -> None:
         """The disk under the store is full (the reserve is freed already): name the
-        largest run dirs, end the largest one's run if it is ours, and record it
-        (arenad.daemon.diskfull). Best effort: a failure to record is only logged."""
+        largest run dirs, end the largest one's run if it is ours (``end_largest``, and
+        only if the disk really is short of room: a store can be full for other reasons),
+        and record it (arenad.daemon.diskfull). Best effort: a failure to record is only
+        logged."""
         released, self._released_bytes = self._released_bytes, 0
         largest = await asyncio.to_thread(diskfull.largest_run_dirs, self.home.root)
         ended = None
-        runs = self._runs_at_disk_full
+        runs = self._runs_at_disk_full if end_largest else {}
+        if not await asyncio.to_thread(diskfull.short_of_room, self.home.root):
+            runs = {}
         for entry in largest[:1]:
             started = runs.get(entry.cell_id)
             if (

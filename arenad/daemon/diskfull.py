@@ -11,9 +11,11 @@ made again, every ``RECHECK_S`` and at start, once the disk has room for it twic
 
 **Naming the filler.** The event lists the largest run dirs of this home (cell id,
 attempt, bytes: a bounded walk that follows no symlink, ``arenad.runs.wrapper.disk_use``),
-and the run of the largest one that this daemon was running is ended (SIGKILL to its
-group): a full disk is most likely its doing, and left running it would fill the room the
-reserve just gave back, so the next daemon could not start either. Its wrapper records
+and, while the daemon goes on and the disk really is short of room (statvfs), the run of
+the largest one that this daemon follows is ended (SIGKILL to its group): a full disk is
+most likely its doing, and left running it would fill the room the reserve just gave
+back. When the daemon stops (the disk filled again), runs are left running for the next
+daemon, as on any fatal stop. Its wrapper records
 the run's real exit once it can write (the next daemon adopts it and reads it). The
 per-cell ``[sandbox] disk`` limit normally ends a filler long before this.
 """
@@ -90,6 +92,16 @@ def release_reserve(home: Path) -> int:
     except FileNotFoundError:
         return 0
     return size
+
+
+def short_of_room(home: Path, size: int = RESERVE_BYTES) -> bool:
+    """Whether the disk under ``home`` really is nearly full (less free than the reserve
+    twice over): a store refuses to grow for other reasons too (a page limit)."""
+    try:
+        vfs = os.statvfs(home)
+    except OSError:
+        return False
+    return vfs.f_bavail * vfs.f_frsize < 2 * size
 
 
 def is_disk_full(exc: BaseException) -> bool:
