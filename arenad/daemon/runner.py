@@ -903,7 +903,15 @@ class CellRunner:
         for event in before:
             state = apply(state, event, now)
         site: Site | None = None
-        if state.run is not None and state.run_dir is not None and state.workspace is not None:
+        # A lost run's site is gone, or its agent may still run there: nothing of it is
+        # touched (its spend is a gap); the others' agents are known dead.
+        reachable = state.interrupted != "infrastructure"
+        if (
+            reachable
+            and state.run is not None
+            and state.run_dir is not None
+            and state.workspace is not None
+        ):
             site = await self._site(state)
             captures, recovered = await self._recovered(site, self._context(state), state, reader)
             before = [*before, recovered]

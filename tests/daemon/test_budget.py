@@ -199,7 +199,12 @@ def test_abort_running_aborts_the_run_that_crossed_the_cap(
     first = cells["abrt:add-1:SOLO:0"]
     aborted = [e for e in first if isinstance(e, ev.RunAborted)]
     assert len(aborted) == 1 and aborted[0].reason.startswith("campaign budget reached")
-    assert isinstance(first[-1], ev.CellRecovered)  # verified and recovered, as any end
+    # The cap is the operator's: the run is interrupted (issue 29), never verified nor
+    # counted; its spend is recovered all the same, and it waits for `retry`.
+    assert aborted[0].cause == "operator"
+    assert not [e for e in first if isinstance(e, ev.CellVerified)]
+    assert any(isinstance(e, ev.CellRecovered) for e in first)
+    assert isinstance(first[-1], ev.CellFailed) and first[-1].stage == "interrupted"
     for iid in INSTANCES[1:]:
         assert [type(e) for e in cells[f"abrt:{iid}:SOLO:0"]] == [ev.CellSubmitted]
     [reached] = [r.event for r in read_all(home.root) if isinstance(r.event, BudgetReached)]

@@ -324,7 +324,8 @@ def test_a_frozen_node_is_lost_at_the_heartbeat_and_its_agent_ends_itself(
     assert (failed.stage, failed.classification) == ("interrupted", "infrastructure")
     assert [r.attempt for r in _of(events, ev.CellRetried)][:1] == [2]
     assert not [v for v in _of(events, ev.CellVerified) if v.attempt == 1]
-    assert len(marker.read_text().split()) == 2
+    # Once more at most: the new attempt may not have reached its agent before the end.
+    assert len(marker.read_text().split()) in (1, 2)
     lines = _lines(recorded, cell)
     assert [json.loads(e.raw)["i"] for e in lines] == list(range(1, len(lines) + 1))
     # Thawed, the actor's worker exits (Ray killed it, or it saw its raylet go).
