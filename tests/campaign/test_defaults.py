@@ -17,6 +17,9 @@ RESOLVED_AT_SUBMIT = {
     ("SupervisorArmFile", "kill_grace_s"),
     # No [sandbox] table means the default sandbox (bwrap), which the spec holds resolved.
     ("CampaignFile", "sandbox"),
+    # No [gateway] table means the gateway for a solo arm (resolved per arm at submit); a
+    # spec recorded before the gateway existed decodes as none.
+    ("CampaignFile", "gateway"),
 }
 
 PAIRS = [
