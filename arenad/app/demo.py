@@ -8,6 +8,7 @@ real opencode CLI, and prints the status table and where the artifacts are.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +22,7 @@ from arenad.app.executors import cell_base_env, executor_factory
 from arenad.app.submit import submit_campaign
 from arenad.daemon.daemon import DaemonOptions, run_daemon
 from arenad.errors import UserError
+from arenad.gateway import process as gateway_process
 from arenad.home import Home
 from arenad.scripted_model.opencode_config import opencode_config_for_script
 from arenad.scripted_model.script import parse_script
@@ -214,6 +216,8 @@ async def run_demo(
             base_env=cell_base_env(executor, env),
             executor=factory,
         )
+    # The demo's model server stops here: its gateway has nothing left to serve.
+    await asyncio.to_thread(gateway_process.stop, home.root)
     return DemoResult(
         campaign=name,
         campaign_file=str(campaign_file),

@@ -196,6 +196,11 @@ class Gateway:
         # Calls in flight finish and are journaled: an upstream is never cut mid-answer.
         if self._calls:
             await asyncio.gather(*list(self._calls), return_exceptions=True)
+        # A home without a live gateway holds no socket (a copy of the home can be made).
+        with contextlib.suppress(OSError):
+            if _recorded_pid(self.home) == os.getpid():
+                paths.model_endpoint(self.home).unlink()
+                paths.pid_file(self.home).unlink()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -442,6 +447,13 @@ class Gateway:
             usage=None,
             latency_ms=round((time.monotonic() - t0) * 1000, 3),
         )
+
+
+def _recorded_pid(home: Path) -> int | None:
+    try:
+        return int(paths.pid_file(home).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write(path: Path, text: str) -> None:

@@ -7,7 +7,8 @@ made it (``arenad.ledger.lines.add_stats`` sums the batches' counts in order).
 
 Reading: three round trips per batch, each in the (stream, version) index's order
 (``read_stream_rows``): the cell streams (small events), the capture streams of the
-attempts they name, and which of the supervisor cells' ingest streams exist.
+attempts they name, and which ingest streams exist of the supervisor cells and the cells
+through the model gateway.
 No query per stream (each a thread hop and a future), no sort of the big captures into
 log order, and no stream list of the whole log: memory stays that of a batch. A
 supervisor cell's ingested lines (a long run ingests many, its workers' output among
@@ -61,9 +62,12 @@ def _attempts(records: Iterable[Recorded]) -> list[int]:
     return sorted(found)
 
 
-def _is_supervisor_cell(records: Sequence[Recorded]) -> bool:
+def _reads_ingest(records: Sequence[Recorded]) -> bool:
+    """A supervisor cell (its journal) or a cell whose calls went through the model gateway
+    (its records are the steps): the cells whose ingested lines make their lines."""
     return any(
-        isinstance(r.event, CellSubmitted) and isinstance(r.event.spec.arm, SupervisorArm)
+        isinstance(r.event, CellSubmitted)
+        and (isinstance(r.event.spec.arm, SupervisorArm) or r.event.spec.gateway.kind == "gateway")
         for r in records
     )
 
@@ -84,7 +88,7 @@ async def _read(store: EventStore, cell_ids: Sequence[str]) -> dict[str, _Cell]:
     ingest_streams = [
         (c, ingest_stream(c, n))
         for c in cell_ids
-        if _is_supervisor_cell(own[cell_stream(c)])
+        if _reads_ingest(own[cell_stream(c)])
         for n in attempts[c]
     ]
     captured = await store.read_stream_rows([s for _, s in capture_streams])
