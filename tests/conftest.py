@@ -6,6 +6,7 @@ import fcntl
 import itertools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -179,6 +180,11 @@ class DemoRun:
         return dest
 
 
+def _sockets(directory: str, names: list[str]) -> list[str]:
+    """A live socket (the model gateway's, until it has stopped) is not a file to copy."""
+    return [n for n in names if stat.S_ISSOCK(os.lstat(os.path.join(directory, n)).st_mode)]
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     # One demo per test session: it takes half a minute on a quiet machine (four real
@@ -190,7 +196,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
             [exe, "--home", str(root / "h"), "demo"], capture_output=True, text=True, timeout=900
         )
         assert done.returncode == 0, done.stderr
-        shutil.copytree(root / "h", root / "pristine", symlinks=True)
+        shutil.copytree(root / "h", root / "pristine", symlinks=True, ignore=_sockets)
         (root / "stdout.txt").write_text(done.stdout)
 
     root = built_once(tmp_path_factory, "demo", build)

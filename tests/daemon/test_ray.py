@@ -444,7 +444,12 @@ def test_a_solo_cell_runs_the_real_opencode_on_a_node(
     assert recovered.usage is not None and recovered.usage.steps == STEPS
     captures = _of(_events(recorded, f"capture/{cell}/1"), AgentSessionCaptured)
     assert len(captures) == 1 and captures[0].messages
-    lines = [e for e in _events(recorded, f"ingest/{cell}/1") if isinstance(e, LineIngested)]
+    # The agent's stdout (the model gateway's records of its calls are the other source).
+    lines = [
+        e
+        for e in _events(recorded, f"ingest/{cell}/1")
+        if isinstance(e, LineIngested) and e.source == "stdout"
+    ]
     run_dir = Path(_of(events, ev.CellMaterialized)[0].run_dir)
     assert (
         lines

@@ -18,6 +18,7 @@ from arenad.app import init_home
 from arenad.app.submit import submit_campaign
 from arenad.cell.retry import RetryPolicy
 from arenad.daemon.daemon import DaemonOptions, run_daemon
+from arenad.gateway import paths as gateway_paths
 from arenad.home import Home
 from arenad.sandbox.bwrap import probe_host
 from events import cell as ev
@@ -137,9 +138,12 @@ def test_opencode_runs_sandboxed_with_the_auth_file_read_outside(
     started = next(e for e in events if isinstance(e, ev.RunStarted))
     assert started.sandbox is not None and started.sandbox.kind == "bwrap"
     assert not any(str(auth.parent) in p for p in started.sandbox.read_only)
-    # The default network: only the model, forwarded into the run's own namespace.
+    # The default network: only the model (through the daemon's model gateway, on by
+    # default for a solo arm), forwarded into the run's own namespace.
     assert started.sandbox.network == "model"
-    assert started.sandbox.endpoints == [f"127.0.0.1:{model.port} -> 127.0.0.1:{model.port}"]
+    gateway_port = int(gateway_paths.port_file(home).read_text())
+    assert started.sandbox.endpoints == [f"127.0.0.1:{gateway_port} -> 127.0.0.1:{gateway_port}"]
+    assert gateway_port != model.port
     completed = next(e for e in events if isinstance(e, ev.RunCompleted))
     assert completed.rc == 0
     verified = next(e for e in events if isinstance(e, ev.CellVerified))
