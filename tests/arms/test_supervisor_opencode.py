@@ -91,8 +91,11 @@ def _script(second_step_delay_s: float | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _submitted(tmp_path: Path, opencode_bin: Path, timeout_s: float) -> Path:
-    """The home, with the one-cell campaign over add.py and mul.py submitted."""
+def _submitted(
+    tmp_path: Path, opencode_bin: Path, timeout_s: float, network: str = "model"
+) -> Path:
+    """The home, with the one-cell campaign over add.py and mul.py submitted (``network``:
+    "none" for a run whose workers call no model, so no endpoint is configured)."""
     home = tmp_path / "home"
     repo = tmp_path / "repo"
     base = make_repo(repo, SOURCES)
@@ -113,7 +116,7 @@ def _submitted(tmp_path: Path, opencode_bin: Path, timeout_s: float) -> Path:
         worker_model="scripted/worker",
         driver_model="scripted/driver",
         opencode_bin=opencode_bin,
-        network="model",
+        network=network,
     )
     submitted(home, camp)
     return home
@@ -478,7 +481,7 @@ def test_the_cells_store_exists_before_the_driver_starts(
     # it first, so even a driver that starts no worker leaves a migrated, empty store: a
     # store read with no sessions (0 is known here), not a gap.
     # The stand-in runs no opencode here (no FAKE_SUP_OPENCODE): its workers do nothing.
-    home = _submitted(tmp_path, opencode_bin, timeout_s=60)
+    home = _submitted(tmp_path, opencode_bin, timeout_s=60, network="none")
     records = daemon_until_idle(home, env_with(FAKE_SUP_PAUSE="0.1"), tmp_path / "daemon.err")
     cell = stream_events(records, f"cell/{CELL}")
     run_dir = Path(_one(cell, ev.CellMaterialized).run_dir)  # type: ignore[attr-defined]

@@ -218,6 +218,8 @@ def test_forged_stores_fake_failures_and_escapes_change_nothing_they_should_not(
     cell = "said:osc:CMD:0"
     outputs = {
         "status": cli(home, "status"),
+        # The table cuts a long reason in its middle; --wide prints it whole.
+        "status --wide": cli(home, "status", "--wide"),
         "status --json": cli(home, "status", "--json"),
         "history": cli(home, "history", cell),
         "history --json": cli(home, "history", cell, "--json"),
@@ -229,7 +231,7 @@ def test_forged_stores_fake_failures_and_escapes_change_nothing_they_should_not(
     for what, out in outputs.items():
         assert out.returncode == 0, (what, out.stderr)
         _clean(out.stdout, what)
-    assert "\\x1b]52;c;cHduZWQ=\\x07" in outputs["status"].stdout
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in outputs["status --wide"].stdout
     assert "\\x1b]52;c;cHduZWQ=\\x07" in outputs["history"].stdout
     assert "\\x9d52;c;cHduZWQ=\\x9c" in outputs["events"].stdout  # a C1 OSC, in a line
     assert "plain \\x9b2J\\x9d0;title" in outputs["history"].stdout
