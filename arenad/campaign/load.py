@@ -243,7 +243,7 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
 
 
 class SandboxFile(_Strict, frozen=True, kw_only=True):
-    kind: Literal["bwrap", "none"] = "bwrap"
+    kind: Literal["bwrap", "none", "docker"] = "bwrap"
     read_only: list[str] = []
     # -- per-run limits (arenad.campaign.limits): sizes as "4GiB", or "unlimited".
     memory: int | str = limits.DEFAULT_MEMORY
@@ -252,6 +252,9 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
     disk: int | str = limits.DEFAULT_DISK
     # None: per arm, "model" when it uses a model, else "none" (arenad.sandbox.network).
     network: Literal["model", "none", "host"] | None = None
+    # kind = "docker" (arenad.sandbox.container).
+    image: str | None = None
+    workdir: str = "/testbed"
 
 
 class JudgeFile(_Strict, frozen=True, kw_only=True):
@@ -1098,7 +1101,28 @@ def _sandbox(
         cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
         disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
         network=spec.network or opened,
+        image=_docker_image(spec, where),
+        workdir=_docker_workdir(spec, where),
     )
+
+
+def _docker_image(spec: SandboxFile, where: str) -> str | None:
+    if spec.image is None:
+        return None
+    if spec.kind != "docker":
+        raise CampaignError(f'{where}: [sandbox] image is for kind = "docker" only')
+    if not spec.image.strip() or spec.image != spec.image.strip():
+        raise CampaignError(f"{where}: [sandbox] image {spec.image!r} is not an image name")
+    return spec.image
+
+
+def _docker_workdir(spec: SandboxFile, where: str) -> str:
+    w = spec.workdir
+    if not w.startswith("/") or os.path.normpath(w) != w or w == "/" or "," in w or ":" in w:
+        raise CampaignError(
+            f"{where}: [sandbox] workdir {w!r} must be an absolute, normalized path (not /)"
+        )
+    return w
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

@@ -387,6 +387,7 @@ class CellRunner:
             disk_bytes=state.spec.sandbox.disk_bytes,
             network=launch.network,
             forwards=launch.forwards,
+            container=launch.container,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):

@@ -65,6 +65,12 @@ on another machine, so four more rules apply (all off unless given):
   D seconds after it started (the actor, which normally does it, may be frozen): TERM to
   the group, G seconds, then the record (``ended_by: deadline``) and KILL.
 
+``--container NAME --docker BIN`` (``[sandbox] kind = "docker"``, ``arenad/sandbox/container.py``):
+the agent is ``docker run --name NAME ...``, the container's client. The client proxies the
+group's TERM/INT/HUP to the container; when a limit ends the run the wrapper also ``docker
+kill``s NAME (killing the client does not stop its container). After the client returns the
+wrapper reads ``State.OOMKilled`` (true: the record's ``limit`` is "memory") and removes the
+container (``docker rm -f``).
 
 Limits (all off unless given; ``arenad/runs/cgroups.py`` makes the group and the
 daemon's argv joins it before exec):
@@ -411,6 +417,7 @@ class _Limits:
         self.disk_used = 0  # what the last walk found
         self.fs_used_at_walk = 0  # the filesystem's use when it began
         self.hit: str | None = None
+        self.container = _Container.of(opts)
 
     @property
     def active(self) -> bool:
@@ -447,7 +454,10 @@ class _Limits:
 
     def kill(self, agent: int) -> None:
         """End everything of the run: the agent, and every process of its group (a v1
-        group has no ``cgroup.kill``; what forks meanwhile is caught next round)."""
+        group has no ``cgroup.kill``; what forks meanwhile is caught next round), and its
+        container first (the client's death would not end it)."""
+        if self.container is not None:
+            self.container.kill()
         try:  # noqa: SIM105  (no contextlib here: see _say)
             os.kill(agent, _signal.SIGKILL)
         except OSError:
@@ -469,6 +479,55 @@ class _Limits:
                     pass
             time.sleep(0.02)
         _say(f"the run's cgroup did not empty: {self.dirs}")
+
+
+class _Container:
+    """The agent's docker container (``--container``): killed, inspected, removed by name
+    through the docker client (``subprocess`` is loaded only for these runs)."""
+
+    TIMEOUT_S = 60.0
+
+    def __init__(self, name: str, docker: str) -> None:
+        self.name = name
+        self.docker = docker
+
+    @classmethod
+    def of(cls, opts: dict[str, str]) -> "_Container | None":
+        name = opts.get("container")
+        return None if name is None else cls(name, opts.get("docker", "docker"))
+
+    def _run(self, *args: str) -> str | None:
+        """The client's stdout, or None when it failed (said in the wrapper's log)."""
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                [self.docker, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _say(f"docker {args[0]} {self.name}: {exc}")
+            return None
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip()
+            if "No such container" not in err:
+                _say(f"docker {args[0]} {self.name}: {err[-300:]}")
+            return None
+        return done.stdout.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        self._run("kill", "--signal", "KILL", self.name)
+
+    def oom_killed(self) -> bool:
+        return (
+            self._run("inspect", "--format", "{{.State.OOMKilled}}", self.name) or ""
+        ).strip() == "true"
+
+    def remove(self) -> None:
+        self._run("rm", "-f", self.name)
 
 
 class _CappedFile:
@@ -734,6 +793,10 @@ def main(argv: list[str]) -> int:
         limits.next_check = 0.0
         limits.soonest_disk = limits.next_disk = float("inf")
         limits.check(time.monotonic())
+    if limits.container is not None:
+        if limits.hit is None and limits.container.oom_killed():
+            limits.hit = "memory"
+        limits.container.remove()
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     record: dict[str, object] = {
