@@ -181,3 +181,33 @@ def test_the_reaper_removes_a_container_whose_attempt_is_over(
     finally:
         for name in (leftover, other):
             subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+# Ignores TERM (the daemon's TERM reaches it through the client and docker's init), so the
+# grace runs out and the group is KILLed: the client dies, the container is removed by name.
+STUBBORN = "trap '' TERM; echo started; while true; do sleep 1; done"
+GENTLE = "trap 'echo got-term; exit 3' TERM; echo started; while true; do sleep 1; done"
+
+
+def test_a_timeout_ends_the_container_with_or_without_its_agent_s_consent(
+    local_swebench: LocalSwebench,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    arms = "".join(
+        _arm(name, script) + "timeout_s = 6\nkill_grace_s = 2\n"
+        for name, script in (("STUBBORN", STUBBORN), ("GENTLE", GENTLE))
+    )
+    camp = _campaign(local_swebench, tmp_path, "to", arms, "")
+    assert cli(home, "init").returncode == 0
+    done = cli(home, "submit", str(camp))
+    assert done.returncode == 0, done.stderr
+    daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
+    assert daemon.wait(timeout=600) == 0, (tmp_path / "daemon.err").read_text()
+    records = read_all(home)
+    for arm in ("STUBBORN", "GENTLE"):
+        events = [r.event for r in records if r.stream.startswith("cell/") and arm in r.stream]
+        assert len([e for e in events if isinstance(e, ev.RunTimedOut)]) == 1, events
+    outputs = {p.parent.name: p.read_text() for p in home.rglob("cmd.out")}
+    assert "got-term" in outputs["GENTLE"] and "got-term" not in outputs["STUBBORN"], outputs
+    assert _containers(home) == []
