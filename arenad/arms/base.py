@@ -131,8 +131,10 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     # Its network (arenad.sandbox.network): "host", "none" or "model" with its forwards.
     network: str = "host"
     forwards: list[str] = []
-    # kind = "docker": the agent's container (removed by name when the run ends).
+    # kind = "docker": the agent's container (removed by name when the run ends), and with
+    # network "model" the forwards the wrapper listens on inside it.
     container: str | None = None
+    container_forwards: list[str] | None = None
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,23 +294,25 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
     # daemon would name the daemon's directory (opencode trusts PWD over its cwd).
     env = {k: v for k, v in command.env.items() if k != "OLDPWD"}
     env["PWD"] = cwd
+    view = msgspec.structs.replace(
+        confined.view, network=net.mode, endpoints=[e.described for e in net.endpoints]
+    )
     if docker:
-        # The container has its own network (docker's flags); the wrapper, which only
-        # talks to the engine, keeps the host's.
+        # The container has its own network (docker's flags, and with "model" the
+        # wrapper's forwarder joins it); the wrapper, which talks to the engine, keeps the
+        # host's.
         return Launch(
             argv=argv,
             cwd=cwd,
             env=env,
             timeout_s=command.timeout_s,
             kill_grace_s=command.kill_grace_s,
-            sandbox=confined.view,
+            sandbox=view,
             container=confined.view.container,
+            container_forwards=net.forwards if net.mode == "model" else None,
         )
     if net.mode != "host" and (problem := netns.problem()) is not None:
         raise SandboxError(problem)
-    view = msgspec.structs.replace(
-        confined.view, network=net.mode, endpoints=[e.described for e in net.endpoints]
-    )
     return Launch(
         argv=argv,
         cwd=cwd,

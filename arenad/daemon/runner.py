@@ -388,6 +388,7 @@ class CellRunner:
             network=launch.network,
             forwards=launch.forwards,
             container=launch.container,
+            container_forwards=launch.container_forwards,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):

@@ -470,6 +470,7 @@ async def spawn_detached(
     network: str = "host",
     forwards: Sequence[str] = (),
     container: str | None = None,
+    container_forwards: Sequence[str] | None = None,
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`.
@@ -523,6 +524,8 @@ async def spawn_detached(
             options += ["--forward", ",".join(forwards)]
     if container is not None:
         options += ["--container", container, "--docker", docker_bin()]
+        if container_forwards is not None:
+            options += ["--container-forward", ",".join(container_forwards)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().

@@ -224,6 +224,7 @@ class LocalSite(Site):
             network=request.network,
             forwards=request.forwards,
             container=request.container,
+            container_forwards=request.container_forwards,
             clock=ex.clock,
             launcher=ex.launcher,
             cgroup_dirs=group.dirs if group is not None else (),

@@ -71,6 +71,11 @@ group's TERM/INT/HUP to the container; when a limit ends the run the wrapper als
 kill``s NAME (killing the client does not stop its container). After the client returns the
 wrapper reads ``State.OOMKilled`` (true: the record's ``limit`` is "memory") and removes the
 container (``docker rm -f``).
+``--container-forward PORT=TARGET,...`` (``network = "model"``): the container has
+``--network none`` and its command waits for ``arenad.network.ready`` in the run dir; once
+the container runs, the wrapper listens on each port inside the container's namespace
+(``netns.join``), forwards from there as for ``--network model``, and only then writes the
+ready file. A network that cannot be made kills the container: its agent never started.
 
 Limits (all off unless given; ``arenad/runs/cgroups.py`` makes the group and the
 daemon's argv joins it before exec):
@@ -118,6 +123,10 @@ LIMIT_CHECK_S = 0.5
 DISK_CHECK_S = 1.0
 DISK_RECHECK_S = 60.0
 DISK_WALK_ENTRIES = 200_000
+# In the run dir: the container's command starts once this exists (arenad.sandbox.container).
+NETWORK_READY = "arenad.network.ready"
+# How long a container may take to be running (an image's first start can be slow).
+CONTAINER_START_S = 120.0
 _terminate = False
 
 
@@ -704,6 +713,44 @@ def _copy_until_exit(
     return status, term_at is not None, files
 
 
+def _client_exited(pid: int) -> bool:
+    """Whether the agent (here: the docker client) has exited (a zombie not yet waited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _container_network(opts: dict[str, str], container: "_Container", client: int) -> str | None:
+    """Forward the model endpoints into the running container, then let its command start
+    (see the module docstring); why it could not be done, or None."""
+    import importlib
+
+    netns = importlib.import_module(f"{__package__}.netns" if __package__ else "netns")
+    try:
+        forwards = netns.parse_forwards(opts["container-forward"])
+    except ValueError as exc:
+        return str(exc)
+    give_up = time.monotonic() + CONTAINER_START_S
+    while True:
+        out = container._run("inspect", "--format", "{{.State.Pid}}", container.name) or ""
+        if out.strip().isdigit() and int(out.strip()) > 0:
+            break
+        if _client_exited(client):
+            return "the container ended before it ran"
+        if time.monotonic() > give_up:
+            return f"the container was not running after {CONTAINER_START_S:g}s"
+        time.sleep(0.05)
+    try:
+        netns.join(f"/proc/{int(out.strip())}/ns/net", forwards).serve()
+        ready = os.path.join(os.path.dirname(opts["exit-file"]), NETWORK_READY)
+        os.close(os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
 def _enter_network(opts: dict[str, str]) -> None:
     """Move this wrapper, and so the agent it spawns, into the run's own network namespace
     and start forwarding its model endpoints (``arenad/runs/netns.py``)."""
@@ -766,6 +813,12 @@ def main(argv: list[str]) -> int:
         return 127
     try:
         os.chdir(opts["cwd"])
+        if "container-forward" in opts:
+            # A leftover of an earlier attempt must not let this one start unforwarded.
+            try:  # noqa: SIM105
+                os.unlink(os.path.join(os.path.dirname(exit_file), NETWORK_READY))
+            except FileNotFoundError:
+                pass
         pid, pipes = _spawn(opts, command)
     except OSError as exc:
         _finish(
@@ -779,6 +832,11 @@ def main(argv: list[str]) -> int:
         )
         return 127
     limits = _Limits(opts)
+    net_error = None
+    if limits.container is not None and "container-forward" in opts:
+        net_error = _container_network(opts, limits.container, pid)
+        if net_error is not None:
+            limits.container.kill()
     status, deadline_hit, files = _copy_until_exit(
         pid,
         pipes,
@@ -797,6 +855,17 @@ def main(argv: list[str]) -> int:
         if limits.hit is None and limits.container.oom_killed():
             limits.hit = "memory"
         limits.container.remove()
+    if net_error is not None:
+        _finish(
+            exit_file,
+            {
+                **me,
+                "started": False,
+                "error": f"could not make the container's network (model): {net_error}",
+                "ended_at_ms": time.time_ns() // 1_000_000,
+            },
+        )
+        return 127
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     record: dict[str, object] = {

@@ -308,11 +308,8 @@ def _in_container(
     """An agent run in its container (:mod:`arenad.sandbox.container`)."""
     if cell.image is None or cell.container is None:
         raise SandboxError('[sandbox] kind = "docker": the cell has no image to run the agent in')
-    if container_network not in ("none", "host"):
-        raise SandboxError(
-            f'[sandbox] kind = "docker" with network = "{container_network}" is not supported'
-            ' yet: set [sandbox] network = "none" or "host" (see docs/sandbox.md)'
-        )
+    if container_network not in ("none", "host", "model"):
+        raise SandboxError(f"[sandbox] network = {container_network!r} is not a network")
     shares = nested_dropped(with_companions(_shares(cell, read_only)))
     run_dir = os.path.normpath(cell.run_dir)
     paths = cell_paths(run_dir)
@@ -331,6 +328,10 @@ def _in_container(
     for path in (*binds.read_only, binds.run_dir, *binds.read_write, binds.workdir):
         if (problem := container.bind_problem(path)) is not None:
             raise SandboxError(f'[sandbox] kind = "docker": {problem}')
+    if container_network == "model":
+        # The forwarder is made once the container runs; the command waits for it.
+        ready = os.path.join(run_dir, container.NETWORK_READY)
+        command = ["/bin/sh", "-c", container.READY_SHIM, ready, *command]
     argv = container.container_argv(
         docker_bin(),
         cell.image,
@@ -338,7 +339,7 @@ def _in_container(
         binds,
         command,
         env_names=list(env),
-        network=container_network,
+        network="none" if container_network == "model" else container_network,
         memory_bytes=cell.spec.memory_bytes,
         pids=cell.spec.pids,
         cpus=cell.spec.cpus,

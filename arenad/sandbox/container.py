@@ -30,9 +30,12 @@ Why each flag:
   agent's, which the wrapper passes through), so no value is ever in the recorded argv.
 - ``--memory`` = ``--memory-swap``, ``--pids-limit``, ``--cpus``: the cell's limits, docker's
   own (the container's processes are in docker's cgroup, not the run's).
-- ``--network none`` / ``host``: the cell's network. ``model`` is not offered yet (refused at
-  launch): the forwarder of a bwrap run lives in the wrapper's namespace, which docker cannot
-  join (see docs/sandbox.md).
+- ``--network none`` / ``host``: the cell's network. ``model``: ``--network none`` too, and
+  the command waits (a ``sh`` loop of the image's) for ``arenad.network.ready`` in the
+  read-only run dir, which the wrapper writes once it listens on the model's ports *inside*
+  the container's namespace (``netns.join``) and forwards them to the host, as for a bwrap
+  run: docker cannot join the wrapper's own namespace, so the forwarder joins docker's. The
+  agent cannot forge the file (the run dir is read-only to it) and cannot start before it.
 - ``--log-driver none``: the output reaches the wrapper through the attached client only
   (capped there), not a second uncapped copy in the engine.
 - ``--security-opt no-new-privileges``: a setuid binary of the image grants nothing more.
@@ -53,6 +56,10 @@ LABEL_CELL = "arenad.cell"
 LABEL_ATTEMPT = "arenad.attempt"
 # Never passed into the container: they describe the host side of the client.
 HOST_ONLY_ENV = frozenset({"PWD", "OLDPWD"})
+# The wrapper's (arenad.runs.wrapper.NETWORK_READY), in the run dir.
+NETWORK_READY = "arenad.network.ready"
+# Waits for the forwarder, then becomes the command ($0 is the file to wait for).
+READY_SHIM = 'while [ ! -e "$0" ]; do sleep 0.05; done; exec "$@"'
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 MAX_NAME = 120
 

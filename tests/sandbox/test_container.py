@@ -97,10 +97,16 @@ class Cell:
         )
 
 
-def test_model_network_is_refused_with_the_key_to_change(tmp_path: Path) -> None:
+def test_model_network_waits_for_the_forwarder_with_no_interface_of_its_own(
+    tmp_path: Path,
+) -> None:
     cell = Cell(tmp_path)
-    with pytest.raises(SandboxError, match=r'network = "none" or "host"'):
-        confine(cell.sandbox, ["true"], env=cell.env, chdir=str(cell.ws), container_network="model")
+    argv = confine(
+        cell.sandbox, ["agent", "x"], env=cell.env, chdir=str(cell.ws), container_network="model"
+    ).argv
+    assert "--network=none" in argv
+    ready = str(cell.run_dir / container.NETWORK_READY)
+    assert argv[-7:] == ["/bin/sh", BASE, "-c", container.READY_SHIM, ready, "agent", "x"]
 
 
 def test_a_share_that_shows_the_home_is_refused(tmp_path: Path) -> None:
