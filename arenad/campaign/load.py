@@ -1101,12 +1101,19 @@ def _sandbox(
         cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
         disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
         network=spec.network or opened,
-        image=_docker_image(spec, where),
+        image=_docker_image(spec, where, secrets),
         workdir=_docker_workdir(spec, where),
     )
 
 
-def _docker_image(spec: SandboxFile, where: str) -> str | None:
+def _docker_image(spec: SandboxFile, where: str, secrets: SecretsSpec | None) -> str | None:
+    if spec.kind == "docker" and secrets is not None:
+        # The secrets wrapper's variables are named only in files arenad never opens, so
+        # they cannot be passed into a container by name.
+        raise CampaignError(
+            f'{where}: [sandbox] kind = "docker" does not take [secrets] yet'
+            ' (use kind = "bwrap", or a model endpoint that needs no key)'
+        )
     if spec.image is None:
         return None
     if spec.kind != "docker":
