@@ -910,6 +910,11 @@ def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpe
         parsed.materializer is None or parsed.materializer.kind == "image"
     ):
         r.images.setdefault(instance.image, instance.instance_id)
+    box = parsed.sandbox
+    if box is not None and box.kind == "docker":
+        # The agent's container (arenad.arms.base.ArmContext.sandbox names it alike).
+        agent_image = box.image or instance.image or default_image_name(instance.instance_id)
+        r.images.setdefault(agent_image, instance.instance_id)
     return instance
 
 

@@ -172,3 +172,25 @@ def test_the_agent_sees_its_image_its_cell_and_nothing_else(tmp_path: Path) -> N
     assert "secret=s3cr3t-value" in out  # passed by name, its value from the client's env
     assert "net-closed" in out
     assert "/usr/lib/python3 ro" in out or "/usr/lib/python3 rw" in out  # the image's own
+
+
+def test_submit_refuses_a_docker_sandbox_whose_image_is_missing(tmp_path: Path) -> None:
+    if (problem := engine_problem()) is not None:
+        pytest.skip(f"no container engine: {problem}")
+    from tests.conftest import make_repo
+    from tests.daemon.support import cli, command_campaign
+
+    repo = tmp_path / "repo"
+    camp = command_campaign(
+        tmp_path / "c.toml",
+        name="dm",
+        repo=repo,
+        base=make_repo(repo, {"a.txt": "a\n"}),
+        argv=["true"],
+        extra='[sandbox]\nkind = "docker"\nimage = "arenad-test/no-such-image:1"\n',
+    )
+    home = tmp_path / "home"
+    assert cli(home, "init").returncode == 0
+    done = cli(home, "submit", str(camp))
+    assert done.returncode == 2, done.stderr
+    assert "arenad-test/no-such-image:1" in done.stderr and "Traceback" not in done.stderr
