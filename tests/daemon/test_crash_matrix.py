@@ -312,3 +312,13 @@ def test_crash_then_restart_is_as_if_nothing_happened(
     records = read_all(case.home)
     _check(case, root, records)
     assert _normalize(_ledger(case, root / "ledger.jsonl"), root) == reference
+    if arm == "solo-docker":
+        import subprocess
+
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=arenad.home={case.home}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert left == [], "a container was left over"
