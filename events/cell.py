@@ -56,6 +56,10 @@ class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
     # 127.0.0.1:8765").
     network: str | None = None
     endpoints: list[str] = []
+    # kind "docker": the container's name (a restarted daemon and the reaper find it by
+    # it) and its image.
+    container: str | None = None
+    image: str | None = None
 
 
 class RunStarted(Event, tag="run.started", frozen=True, kw_only=True):

@@ -133,9 +133,11 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
 
     ``bwrap``: a bubblewrap sandbox that shows the system read-only, the cell's own run dir
     (its workspace and private dirs writable) and ``read_only``, and hides the rest;
-    ``none``: an explicit opt-out (the child sees what the daemon's user sees)."""
+    ``none``: an explicit opt-out (the child sees what the daemon's user sees);
+    ``docker``: the agent runs in a container of the instance's image
+    (:mod:`arenad.sandbox.container`), its verify and command judge as with ``bwrap``."""
 
-    kind: Literal["bwrap", "none"] = "bwrap"
+    kind: Literal["bwrap", "none", "docker"] = "bwrap"
     # Absolute paths shown read-only inside besides the system (a dataset, an agent CLI
     # installed somewhere unusual).
     read_only: list[str] = []
@@ -151,6 +153,10 @@ class SandboxSpec(Spec, frozen=True, kw_only=True):
     # (model when the arm uses one, else none). A spec recorded before the key decodes as
     # "host": what its cells were submitted to run with.
     network: Literal["model", "none", "host"] = "host"
+    # kind = "docker": the agent's image (None: the instance's, as the materializer names
+    # it) and where the workspace is mounted inside.
+    image: str | None = None
+    workdir: str = "/testbed"
 
 
 class GatewaySpec(Spec, frozen=True, kw_only=True):

@@ -32,10 +32,12 @@ from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
+from arenad.materialize.image import default_image_name
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import checked_usage
 from arenad.runs import netns
 from arenad.runs.executor import Site
+from arenad.sandbox import container
 from arenad.sandbox.cellenv import cell_paths
 from arenad.sandbox.confine import CellSandbox, SandboxError, confine
 from arenad.sandbox.network import network_plan
@@ -75,12 +77,23 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
     def sandbox(self) -> CellSandbox:
         """What the cell's children may see (the spec's [sandbox], around this run dir)."""
         secrets = self.spec.secrets
+        box = self.spec.sandbox
+        docker = box.kind == "docker"
+        instance = self.spec.instance
+        image = box.image or instance.image or default_image_name(instance.instance_id)
         return CellSandbox(
-            spec=self.spec.sandbox,
+            spec=box,
             run_dir=str(self.run_dir),
             workspace=str(self.workspace),
             home_root=self.home_root,
             secrets_dir=secrets.dir if secrets is not None else None,
+            image=image if docker else None,
+            container=(
+                container.container_name(self.home_root, self.cell_id, self.attempt)
+                if docker
+                else None
+            ),
+            labels=container.labels(self.home_root, self.cell_id, self.attempt) if docker else {},
         )
 
 
@@ -118,6 +131,10 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     # Its network (arenad.sandbox.network): "host", "none" or "model" with its forwards.
     network: str = "host"
     forwards: list[str] = []
+    # kind = "docker": the agent's container (removed by name when the run ends), and with
+    # network "model" the forwards the wrapper listens on inside it.
+    container: str | None = None
+    container_forwards: list[str] | None = None
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -246,6 +263,17 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
     stays bwrap's parent (never ``exec``), so a TERM to the run's group reaches the agent
     and the sandbox lives through the agent's grace.
     """
+    net = network_plan(
+        ctx.spec, home=ctx.sandbox.home_root, run_dir=str(ctx.run_dir), env=command.env
+    )
+    docker = ctx.spec.sandbox.kind == "docker"
+    secrets = ctx.spec.secrets
+    if docker and command.uses_secrets and secrets is not None:
+        # The secrets wrapper's variables are named only in files arenad never opens, so
+        # they cannot be passed into the container by name.
+        raise SandboxError(
+            '[sandbox] kind = "docker" does not take [secrets] yet: use kind = "bwrap"'
+        )
     confined = confine(
         ctx.sandbox,
         command.argv,
@@ -254,9 +282,9 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
         read_only=command.read_only,
         read_write=command.read_write,
         executables=command.executables,
+        container_network=net.mode,
     )
     argv, cwd = confined.argv, command.cwd
-    secrets = ctx.spec.secrets
     if command.uses_secrets and secrets is not None:
         line = shlex.join(confined.argv)
         script = f"trap '' TERM INT HUP\n{line}\nexit $?" if confined.sandboxed else f"exec {line}"
@@ -266,14 +294,25 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
     # daemon would name the daemon's directory (opencode trusts PWD over its cwd).
     env = {k: v for k, v in command.env.items() if k != "OLDPWD"}
     env["PWD"] = cwd
-    net = network_plan(
-        ctx.spec, home=ctx.sandbox.home_root, run_dir=str(ctx.run_dir), env=command.env
-    )
-    if net.mode != "host" and (problem := netns.problem()) is not None:
-        raise SandboxError(problem)
     view = msgspec.structs.replace(
         confined.view, network=net.mode, endpoints=[e.described for e in net.endpoints]
     )
+    if docker:
+        # The container has its own network (docker's flags, and with "model" the
+        # wrapper's forwarder joins it); the wrapper, which talks to the engine, keeps the
+        # host's.
+        return Launch(
+            argv=argv,
+            cwd=cwd,
+            env=env,
+            timeout_s=command.timeout_s,
+            kill_grace_s=command.kill_grace_s,
+            sandbox=view,
+            container=confined.view.container,
+            container_forwards=net.forwards if net.mode == "model" else None,
+        )
+    if net.mode != "host" and (problem := netns.problem()) is not None:
+        raise SandboxError(problem)
     return Launch(
         argv=argv,
         cwd=cwd,

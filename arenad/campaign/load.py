@@ -244,7 +244,7 @@ class SecretsFile(_Strict, frozen=True, kw_only=True):
 
 
 class SandboxFile(_Strict, frozen=True, kw_only=True):
-    kind: Literal["bwrap", "none"] = "bwrap"
+    kind: Literal["bwrap", "none", "docker"] = "bwrap"
     read_only: list[str] = []
     # -- per-run limits (arenad.campaign.limits): sizes as "4GiB", or "unlimited".
     memory: int | str = limits.DEFAULT_MEMORY
@@ -253,6 +253,9 @@ class SandboxFile(_Strict, frozen=True, kw_only=True):
     disk: int | str = limits.DEFAULT_DISK
     # None: per arm, "model" when it uses a model, else "none" (arenad.sandbox.network).
     network: Literal["model", "none", "host"] | None = None
+    # kind = "docker" (arenad.sandbox.container).
+    image: str | None = None
+    workdir: str = "/testbed"
 
 
 class GatewayFile(_Strict, frozen=True, kw_only=True):
@@ -819,6 +822,13 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         # the verify command brings in the patch.
         raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
+    ray = parsed.executor is not None and parsed.executor.kind == "ray"
+    if ray and parsed.sandbox is not None and parsed.sandbox.kind == "docker":
+        # A node would start the container without the wrapper's container handling (its
+        # OOM state, its removal): refused rather than half done.
+        raise CampaignError(
+            f'{where}: [sandbox] kind = "docker" does not run on [executor] kind = "ray" yet'
+        )
     return _Resolved(
         parsed=parsed,
         base=base,
@@ -929,6 +939,11 @@ def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpe
         parsed.materializer is None or parsed.materializer.kind == "image"
     ):
         r.images.setdefault(instance.image, instance.instance_id)
+    box = parsed.sandbox
+    if box is not None and box.kind == "docker":
+        # The agent's container (arenad.arms.base.ArmContext.sandbox names it alike).
+        agent_image = box.image or instance.image or default_image_name(instance.instance_id)
+        r.images.setdefault(agent_image, instance.instance_id)
     return instance
 
 
@@ -1123,7 +1138,35 @@ def _sandbox(
         cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
         disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
         network=spec.network or opened,
+        image=_docker_image(spec, where, secrets),
+        workdir=_docker_workdir(spec, where),
     )
+
+
+def _docker_image(spec: SandboxFile, where: str, secrets: SecretsSpec | None) -> str | None:
+    if spec.kind == "docker" and secrets is not None:
+        # The secrets wrapper's variables are named only in files arenad never opens, so
+        # they cannot be passed into a container by name.
+        raise CampaignError(
+            f'{where}: [sandbox] kind = "docker" does not take [secrets] yet'
+            ' (use kind = "bwrap", or a model endpoint that needs no key)'
+        )
+    if spec.image is None:
+        return None
+    if spec.kind != "docker":
+        raise CampaignError(f'{where}: [sandbox] image is for kind = "docker" only')
+    if not spec.image.strip() or spec.image != spec.image.strip():
+        raise CampaignError(f"{where}: [sandbox] image {spec.image!r} is not an image name")
+    return spec.image
+
+
+def _docker_workdir(spec: SandboxFile, where: str) -> str:
+    w = spec.workdir
+    if not w.startswith("/") or os.path.normpath(w) != w or w == "/" or "," in w or ":" in w:
+        raise CampaignError(
+            f"{where}: [sandbox] workdir {w!r} must be an absolute, normalized path (not /)"
+        )
+    return w
 
 
 def _unique(values: list[str], what: str, where: str) -> None:

@@ -94,7 +94,12 @@ KEYS: dict[str, str] = {
     "`<wrapper> -f F... -- bash -c SCRIPT`.",
     # -- [sandbox]
     "SandboxFile.kind": "`bwrap`: every agent run, verify and judge in a bubblewrap "
-    "sandbox; `none`: the explicit opt-out.",
+    "sandbox; `docker`: the agent runs in a container of the instance's image (verify and "
+    "a command judge as with `bwrap`; see docs/sandbox.md); `none`: the explicit opt-out.",
+    "SandboxFile.image": "`kind = \"docker\"`: the agent's image (unset: the instance's, "
+    "as the image materializer names it).",
+    "SandboxFile.workdir": '`kind = "docker"`: where the cell\'s workspace is mounted in '
+    "the container (the agent's working directory).",
     "SandboxFile.read_only": "Paths shown read-only inside besides the system (an agent CLI "
     "installed somewhere unusual, a dataset).",
     "SandboxFile.memory": 'Memory each agent run, verify and judge may use (`"4GiB"`, bytes, '

@@ -387,6 +387,8 @@ class CellRunner:
             disk_bytes=state.spec.sandbox.disk_bytes,
             network=launch.network,
             forwards=launch.forwards,
+            container=launch.container,
+            container_forwards=launch.container_forwards,
         )
         try:
             async with stalls.reported(self.cell_id, "spawn"):

@@ -35,6 +35,7 @@ from typing import Literal
 import msgspec
 
 from arenad.clock import Clock
+from arenad.containers.docker import docker_bin
 from arenad.runs import groups
 from arenad.runs.files import (
     WRAPPER_LOG,
@@ -468,6 +469,8 @@ async def spawn_detached(
     disk: tuple[str, int] | None = None,
     network: str = "host",
     forwards: Sequence[str] = (),
+    container: str | None = None,
+    container_forwards: Sequence[str] | None = None,
 ) -> DetachedRun:
     """Start the wrapper (forked by ``launcher``), holding the agent back until
     :meth:`DetachedRun.release`.
@@ -478,7 +481,8 @@ async def spawn_detached(
     ``cgroup_dirs``: the run's cgroup (``argv`` joins it), whose counters the wrapper
     watches; ``disk``: a directory and the bytes it may hold (both: wrapper.py, "Limits").
     ``network`` other than "host": the agent runs in its own network namespace, with
-    ``forwards`` ("PORT=TARGET") let in (``wrapper.py --network``)."""
+    ``forwards`` ("PORT=TARGET") let in (``wrapper.py --network``). ``container``: the
+    agent's docker container, by name (``wrapper.py --container``)."""
     if not argv:
         raise groups.SpawnError(list(argv), "empty argv")
     # A leftover of an earlier wrapper in this run dir must not speak for this one.
@@ -518,6 +522,10 @@ async def spawn_detached(
         options += ["--network", network]
         if forwards:
             options += ["--forward", ",".join(forwards)]
+    if container is not None:
+        options += ["--container", container, "--docker", docker_bin()]
+        if container_forwards is not None:
+            options += ["--container-forward", ",".join(container_forwards)]
     log_path = str(Path(files.run_dir) / WRAPPER_LOG)
     # The release socket: one end is the wrapper's stdin; the other stays here
     # (close-on-exec, so no child inherits it) until the run's end or cancel_unreleased().

@@ -103,6 +103,11 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     # "model") with ``forwards`` ("PORT=TARGET") listened on inside.
     network: str = "host"
     forwards: list[str] = []
+    # [sandbox] kind = "docker": the agent's container, by name (the wrapper reads its OOM
+    # state and removes it; the run's end removes it again, in case the wrapper was killed).
+    container: str | None = None
+    # Its network "model": the forwards the wrapper listens on inside the container.
+    container_forwards: list[str] | None = None
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):

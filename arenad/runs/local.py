@@ -10,6 +10,7 @@ run; a :class:`~arenad.ingest.watcher.RunDirWatcher` per run).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,12 +20,15 @@ from typing import Concatenate, ParamSpec, TypeVar
 import msgspec
 
 from arenad.clock import Clock, system_clock
+from arenad.containers import reaper
+from arenad.containers.docker import remove_container
 from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource
 from arenad.runs import cgroups, groups
 from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
 from arenad.runs.executor import (
+    AttemptLive,
     Executor,
     Observation,
     Run,
@@ -74,8 +78,11 @@ class LocalRun(Run):
         node: str | None,
         group: cgroups.Group | None = None,
         unlimited_reason: str | None = None,
+        *,
+        container: str | None = None,
     ) -> None:
         self.run = run
+        self.container = container
         self.files = run.files
         self.group = group
         self.record = RunRecord(
@@ -113,6 +120,12 @@ class LocalRun(Run):
 
     async def wait(self) -> RunEnd:
         end = await self.run.wait(self._clock)
+        if self.container is not None:
+            # A group KILL (the grace ran out) kills the client, not its container; the
+            # wrapper normally removed it already (then this is a no-op).
+            problem = await remove_container(self.container)
+            if problem is not None:
+                log.warning("container %s not removed: %s", self.container, problem)
         group = self.group
         if group is None:
             return end
@@ -186,7 +199,9 @@ class LocalSite(Site):
             if group is not None:
                 await asyncio.to_thread(cgroups.remove, group)
             raise
-        return LocalRun(run, ex.clock, ex.observer, ex.node, group, unlimited)
+        return LocalRun(
+            run, ex.clock, ex.observer, ex.node, group, unlimited, container=request.container
+        )
 
     async def _spawn(
         self,
@@ -208,6 +223,8 @@ class LocalSite(Site):
             kill_grace_s=request.kill_grace_s,
             network=request.network,
             forwards=request.forwards,
+            container=request.container,
+            container_forwards=request.container_forwards,
             clock=ex.clock,
             launcher=ex.launcher,
             cgroup_dirs=group.dirs if group is not None else (),
@@ -238,7 +255,9 @@ class LocalSite(Site):
         group = None
         if started.cgroup is not None and ex.hierarchy is not None:
             group = cgroups.find(ex.hierarchy, ex.cgroup_parent, started.cgroup)
-        return LocalRun(run, ex.clock, ex.observer, ex.node, group)
+        box = started.sandbox
+        container = box.container if box is not None else None
+        return LocalRun(run, ex.clock, ex.observer, ex.node, group, container=container)
 
 
 class LocalExecutor(Executor):
@@ -267,6 +286,8 @@ class LocalExecutor(Executor):
         # Where runs' cgroups are made (None: no usable hierarchy; runs are not limited).
         self.hierarchy = cgroups.probe()
         self.cgroup_parent = cgroups.parent_name(store_path.parent)
+        # The reaper's line between an earlier daemon's judge containers and this one's.
+        self.started_at = dt.datetime.now(dt.UTC)
 
     def group_for(self, request: RunRequest) -> tuple[cgroups.Group | None, str | None]:
         """The run's cgroup with its limits, or why the run has none."""
@@ -302,6 +323,10 @@ class LocalExecutor(Executor):
     async def site(self, cell_id: str, attempt: int, spec: CellSpec | None = None) -> Site:
         check_executor(spec, cell_id, self.kind)
         return self._site
+
+    async def reconcile(self, live: AttemptLive) -> None:
+        """Remove this home's containers that nothing will end (:mod:`arenad.containers.reaper`)."""
+        await reaper.reap(str(self.store_path.parent), live, started_at=self.started_at)
 
     async def done_with(self, cell_id: str, attempt: int) -> None:
         return None

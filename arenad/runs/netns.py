@@ -168,17 +168,10 @@ class Namespace:
             self.slots.release()
 
 
-def enter(forwards: list[tuple[int, str]]) -> Namespace:
-    """Move this process (it must have one thread) into a new network namespace with only
-    loopback, listening inside on each forward's port. Raises NetworkError."""
-    host_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+def _listen(forwards: list[tuple[int, str]]) -> list[tuple[socket.socket, str]]:
+    """One listener per forward on this thread's loopback (and [::1] where IPv6 exists)."""
     listeners: list[tuple[socket.socket, str]] = []
     try:
-        _libc_call("unshare", CLONE_NEWNET)
-        try:
-            lo_up()
-        except OSError as exc:
-            raise NetworkError(exc.errno, f"loopback up: {exc.strerror or exc}") from None
         for port, target in forwards:
             for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
                 s = socket.socket(family, socket.SOCK_STREAM)
@@ -198,8 +191,52 @@ def enter(forwards: list[tuple[int, str]]) -> Namespace:
     except BaseException:
         for s, _ in listeners:
             s.close()
+        raise
+    return listeners
+
+
+def enter(forwards: list[tuple[int, str]]) -> Namespace:
+    """Move this process (it must have one thread) into a new network namespace with only
+    loopback, listening inside on each forward's port. Raises NetworkError."""
+    host_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _libc_call("unshare", CLONE_NEWNET)
+        try:
+            lo_up()
+        except OSError as exc:
+            raise NetworkError(exc.errno, f"loopback up: {exc.strerror or exc}") from None
+        listeners = _listen(forwards)
+    except BaseException:
         os.close(host_fd)
         raise
+    if not listeners:
+        os.close(host_fd)
+        return Namespace(None, [])
+    return Namespace(host_fd, listeners)
+
+
+def join(ns_path: str, forwards: list[tuple[int, str]]) -> Namespace:
+    """Listen on each forward's port inside another process's network namespace
+    (``/proc/PID/ns/net``: a ``--network none`` container's), then come back: this thread
+    stays in its own namespace, the listeners stay in that one. Raises NetworkError."""
+    host_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        os.close(host_fd)
+        raise NetworkError(exc.errno, f"{ns_path}: {exc.strerror or exc}") from None
+    try:
+        _libc_call("setns", target_fd, CLONE_NEWNET)
+        try:
+            lo_up()
+            listeners = _listen(forwards)
+        finally:
+            _libc_call("setns", host_fd, CLONE_NEWNET)
+    except BaseException:
+        os.close(host_fd)
+        raise
+    finally:
+        os.close(target_fd)
     if not listeners:
         os.close(host_fd)
         return Namespace(None, [])

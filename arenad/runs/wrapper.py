@@ -65,6 +65,17 @@ on another machine, so four more rules apply (all off unless given):
   D seconds after it started (the actor, which normally does it, may be frozen): TERM to
   the group, G seconds, then the record (``ended_by: deadline``) and KILL.
 
+``--container NAME --docker BIN`` (``[sandbox] kind = "docker"``, ``arenad/sandbox/container.py``):
+the agent is ``docker run --name NAME ...``, the container's client. The client proxies the
+group's TERM/INT/HUP to the container; when a limit ends the run the wrapper also ``docker
+kill``s NAME (killing the client does not stop its container). After the client returns the
+wrapper reads ``State.OOMKilled`` (true: the record's ``limit`` is "memory") and removes the
+container (``docker rm -f``).
+``--container-forward PORT=TARGET,...`` (``network = "model"``): the container has
+``--network none`` and its command waits for ``arenad.network.ready`` in the run dir; once
+the container runs, the wrapper listens on each port inside the container's namespace
+(``netns.join``), forwards from there as for ``--network model``, and only then writes the
+ready file. A network that cannot be made kills the container: its agent never started.
 
 Limits (all off unless given; ``arenad/runs/cgroups.py`` makes the group and the
 daemon's argv joins it before exec):
@@ -112,6 +123,10 @@ LIMIT_CHECK_S = 0.5
 DISK_CHECK_S = 1.0
 DISK_RECHECK_S = 60.0
 DISK_WALK_ENTRIES = 200_000
+# In the run dir: the container's command starts once this exists (arenad.sandbox.container).
+NETWORK_READY = "arenad.network.ready"
+# How long a container may take to be running (an image's first start can be slow).
+CONTAINER_START_S = 120.0
 _terminate = False
 
 
@@ -411,6 +426,7 @@ class _Limits:
         self.disk_used = 0  # what the last walk found
         self.fs_used_at_walk = 0  # the filesystem's use when it began
         self.hit: str | None = None
+        self.container = _Container.of(opts)
 
     @property
     def active(self) -> bool:
@@ -447,7 +463,10 @@ class _Limits:
 
     def kill(self, agent: int) -> None:
         """End everything of the run: the agent, and every process of its group (a v1
-        group has no ``cgroup.kill``; what forks meanwhile is caught next round)."""
+        group has no ``cgroup.kill``; what forks meanwhile is caught next round), and its
+        container first (the client's death would not end it)."""
+        if self.container is not None:
+            self.container.kill()
         try:  # noqa: SIM105  (no contextlib here: see _say)
             os.kill(agent, _signal.SIGKILL)
         except OSError:
@@ -469,6 +488,55 @@ class _Limits:
                     pass
             time.sleep(0.02)
         _say(f"the run's cgroup did not empty: {self.dirs}")
+
+
+class _Container:
+    """The agent's docker container (``--container``): killed, inspected, removed by name
+    through the docker client (``subprocess`` is loaded only for these runs)."""
+
+    TIMEOUT_S = 60.0
+
+    def __init__(self, name: str, docker: str) -> None:
+        self.name = name
+        self.docker = docker
+
+    @classmethod
+    def of(cls, opts: dict[str, str]) -> "_Container | None":
+        name = opts.get("container")
+        return None if name is None else cls(name, opts.get("docker", "docker"))
+
+    def _run(self, *args: str) -> str | None:
+        """The client's stdout, or None when it failed (said in the wrapper's log)."""
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                [self.docker, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _say(f"docker {args[0]} {self.name}: {exc}")
+            return None
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip()
+            if "No such container" not in err:
+                _say(f"docker {args[0]} {self.name}: {err[-300:]}")
+            return None
+        return done.stdout.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        self._run("kill", "--signal", "KILL", self.name)
+
+    def oom_killed(self) -> bool:
+        return (
+            self._run("inspect", "--format", "{{.State.OOMKilled}}", self.name) or ""
+        ).strip() == "true"
+
+    def remove(self) -> None:
+        self._run("rm", "-f", self.name)
 
 
 class _CappedFile:
@@ -645,6 +713,44 @@ def _copy_until_exit(
     return status, term_at is not None, files
 
 
+def _client_exited(pid: int) -> bool:
+    """Whether the agent (here: the docker client) has exited (a zombie not yet waited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _container_network(opts: dict[str, str], container: "_Container", client: int) -> str | None:
+    """Forward the model endpoints into the running container, then let its command start
+    (see the module docstring); why it could not be done, or None."""
+    import importlib
+
+    netns = importlib.import_module(f"{__package__}.netns" if __package__ else "netns")
+    try:
+        forwards = netns.parse_forwards(opts["container-forward"])
+    except ValueError as exc:
+        return str(exc)
+    give_up = time.monotonic() + CONTAINER_START_S
+    while True:
+        out = container._run("inspect", "--format", "{{.State.Pid}}", container.name) or ""
+        if out.strip().isdigit() and int(out.strip()) > 0:
+            break
+        if _client_exited(client):
+            return "the container ended before it ran"
+        if time.monotonic() > give_up:
+            return f"the container was not running after {CONTAINER_START_S:g}s"
+        time.sleep(0.05)
+    try:
+        netns.join(f"/proc/{int(out.strip())}/ns/net", forwards).serve()
+        ready = os.path.join(os.path.dirname(opts["exit-file"]), NETWORK_READY)
+        os.close(os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
 def _enter_network(opts: dict[str, str]) -> None:
     """Move this wrapper, and so the agent it spawns, into the run's own network namespace
     and start forwarding its model endpoints (``arenad/runs/netns.py``)."""
@@ -707,6 +813,12 @@ def main(argv: list[str]) -> int:
         return 127
     try:
         os.chdir(opts["cwd"])
+        if "container-forward" in opts:
+            # A leftover of an earlier attempt must not let this one start unforwarded.
+            try:  # noqa: SIM105
+                os.unlink(os.path.join(os.path.dirname(exit_file), NETWORK_READY))
+            except FileNotFoundError:
+                pass
         pid, pipes = _spawn(opts, command)
     except OSError as exc:
         _finish(
@@ -720,6 +832,11 @@ def main(argv: list[str]) -> int:
         )
         return 127
     limits = _Limits(opts)
+    net_error = None
+    if limits.container is not None and "container-forward" in opts:
+        net_error = _container_network(opts, limits.container, pid)
+        if net_error is not None:
+            limits.container.kill()
     status, deadline_hit, files = _copy_until_exit(
         pid,
         pipes,
@@ -734,6 +851,21 @@ def main(argv: list[str]) -> int:
         limits.next_check = 0.0
         limits.soonest_disk = limits.next_disk = float("inf")
         limits.check(time.monotonic())
+    if limits.container is not None:
+        if limits.hit is None and limits.container.oom_killed():
+            limits.hit = "memory"
+        limits.container.remove()
+    if net_error is not None:
+        _finish(
+            exit_file,
+            {
+                **me,
+                "started": False,
+                "error": f"could not make the container's network (model): {net_error}",
+                "ended_at_ms": time.time_ns() // 1_000_000,
+            },
+        )
+        return 127
     exit_status = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     term_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     record: dict[str, object] = {

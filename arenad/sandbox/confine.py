@@ -34,7 +34,9 @@ from typing import Literal
 
 import msgspec
 
+from arenad.containers.docker import docker_bin
 from arenad.errors import ArenadError
+from arenad.sandbox import container
 from arenad.sandbox.bwrap import (
     Binds,
     Host,
@@ -67,6 +69,11 @@ class CellSandbox(msgspec.Struct, frozen=True, kw_only=True):
     # The arenad home the run dir lives in (hidden, and never shareable).
     home_root: str
     secrets_dir: str | None = None
+    # kind = "docker" (arenad.sandbox.container): the agent's image and its container's
+    # name and labels for this attempt.
+    image: str | None = None
+    container: str | None = None
+    labels: dict[str, str] = {}
 
 
 class Confined(msgspec.Struct, frozen=True, kw_only=True):
@@ -269,6 +276,86 @@ def host_problem() -> str | None:
     return None if problem is None else f'[sandbox] kind = "bwrap": {problem}'
 
 
+def _shares(cell: CellSandbox, read_only: Sequence[str]) -> list[str]:
+    """The campaign's and the arm's read-only shares, real paths, each refused when it would
+    show something hidden (the arenad home, the secrets dir, the user's home)."""
+    homes = user_homes()
+    given = []
+    asked = [(SHARE_KEY, p) for p in cell.spec.read_only]
+    asked += [("what the arm shares (its agent's install, its checkout)", p) for p in read_only]
+    for key, raw in asked:
+        if not os.path.exists(raw):
+            raise SandboxError(f"{key}: {raw} does not exist on this machine")
+        real = os.path.realpath(raw)
+        for path in {os.path.normpath(raw), real}:
+            problem = share_problem(
+                path, home_root=cell.home_root, secrets_dir=cell.secrets_dir, homes=homes
+            )
+            if problem is not None:
+                raise SandboxError(f"{key}: {problem}")
+        given.append(real)
+    return given
+
+
+def _in_container(
+    cell: CellSandbox,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    container_network: str,
+) -> Confined:
+    """An agent run in its container (:mod:`arenad.sandbox.container`)."""
+    if cell.image is None or cell.container is None:
+        raise SandboxError('[sandbox] kind = "docker": the cell has no image to run the agent in')
+    if container_network not in ("none", "host", "model"):
+        raise SandboxError(f"[sandbox] network = {container_network!r} is not a network")
+    shares = nested_dropped(with_companions(_shares(cell, read_only)))
+    run_dir = os.path.normpath(cell.run_dir)
+    paths = cell_paths(run_dir)
+    private = [cell.workspace, paths.home, paths.xdg_root, paths.tmp, paths.python_user_base]
+    writable = [p for p in [*private, *read_write] if os.path.exists(p)]
+    for p in writable:
+        if not inside(os.path.normpath(p), run_dir):
+            raise SandboxError(f"a read-write path must be inside the run dir: {p}")
+    binds = container.ContainerBinds(
+        workspace=os.path.normpath(cell.workspace),
+        workdir=cell.spec.workdir,
+        read_only=shares,
+        run_dir=run_dir,
+        read_write=nested_dropped(writable),
+    )
+    for path in (*binds.read_only, binds.run_dir, *binds.read_write, binds.workdir):
+        if (problem := container.bind_problem(path)) is not None:
+            raise SandboxError(f'[sandbox] kind = "docker": {problem}')
+    if container_network == "model":
+        # The forwarder is made once the container runs; the command waits for it.
+        ready = os.path.join(run_dir, container.NETWORK_READY)
+        command = ["/bin/sh", "-c", container.READY_SHIM, ready, *command]
+    argv = container.container_argv(
+        docker_bin(),
+        cell.image,
+        cell.container,
+        binds,
+        command,
+        env_names=list(env),
+        network="none" if container_network == "model" else container_network,
+        memory_bytes=cell.spec.memory_bytes,
+        pids=cell.spec.pids,
+        cpus=cell.spec.cpus,
+        labels=cell.labels,
+    )
+    view = SandboxView(
+        kind="docker",
+        read_only=[*binds.read_only, binds.run_dir],
+        read_write=[*binds.read_write, f"{binds.workspace} -> {binds.workdir}"],
+        network=container_network,
+        container=cell.container,
+        image=cell.image,
+    )
+    return Confined(argv=argv, view=view, sandboxed=True)
+
+
 def confine(
     cell: CellSandbox,
     command: Sequence[str],
@@ -279,6 +366,7 @@ def confine(
     read_write: Sequence[str] = (),
     executables: Sequence[str] = (),
     network: Literal["none", "inherit"] = "inherit",
+    container_network: str = "none",
 ) -> Confined:
     """``command`` confined to the cell's view (or as it is, with ``kind = "none"``).
 
@@ -287,9 +375,15 @@ def confine(
     workspace and the private dirs; ``executables``: what must be visible inside for the
     command to start (checked here, before anything runs); ``network`` "none": the sandbox
     gets its own network namespace, loopback only (a verify, a judge).
+
+    With ``kind = "docker"`` an agent run (``network`` "inherit") runs in its container
+    with ``container_network`` ("none" or "host"); a verify or judge (``network`` "none")
+    is confined as with bwrap.
     """
     if cell.spec.kind == "none":
         return Confined(argv=list(command), view=SandboxView(kind="none"), sandboxed=False)
+    if cell.spec.kind == "docker" and network == "inherit":
+        return _in_container(cell, command, env, read_only, read_write, container_network)
     host = _host()
     homes = user_homes()
 

@@ -616,10 +616,28 @@ def test_the_sandbox_is_on_by_default_and_none_is_an_explicit_opt_out(tmp_path: 
     assert cell.sandbox.kind == "none"
 
 
+def test_a_docker_sandbox_names_its_image_and_workdir(tmp_path: Path) -> None:
+    table = '[sandbox]\nkind = "docker"\nimage = "img:1"\nworkdir = "/src/app"\n'
+    cell = load_campaign(write(tmp_path, GOOD + table)).cells[0]
+    assert (cell.sandbox.kind, cell.sandbox.image, cell.sandbox.workdir) == (
+        "docker",
+        "img:1",
+        "/src/app",
+    )
+    bad = GOOD + '[sandbox]\nkind = "docker"\nworkdir = "src"\n'
+    with pytest.raises(CampaignError, match=r"\[sandbox\] workdir 'src' must be an absolute"):
+        load_campaign(write(tmp_path, bad))
+    on_ray = GOOD + '[executor]\nkind = "ray"\n[sandbox]\nkind = "docker"\n'
+    with pytest.raises(CampaignError, match='does not run on \\[executor\\] kind = "ray" yet'):
+        load_campaign(write(tmp_path, on_ray))
+
+
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('kind = "docker"', "Invalid enum value 'docker' - at `sandbox.kind`"),
+        ('kind = "podman"', "Invalid enum value 'podman' - at `sandbox.kind`"),
+        ('kind = "docker"', '[sandbox] kind = "docker" does not take [secrets] yet'),
+        ('image = "img:1"', '[sandbox] image is for kind = "docker" only'),
         ('read_only = ["./nope"]', "[sandbox] read_only[0]: "),
         ('read_only = ["/"]', "[sandbox] read_only[0]: / is a system root"),
         ('read_only = ["/tmp"]', "[sandbox] read_only[0]: /tmp is a system root"),

@@ -95,7 +95,9 @@ class Case(msgspec.Struct, kw_only=True):
     cell: str
 
 
-def _solo(root: Path, opencode: Path, start_model: Callable[[str], RunningModel]) -> Case:
+def _solo(
+    root: Path, opencode: Path, start_model: Callable[[str], RunningModel], sandbox: str = ""
+) -> Case:
     repo = root / "repo"
     base = make_repo(repo, {"add.py": SOURCE})
     camp = root / "crash.toml"
@@ -116,7 +118,7 @@ kind = "solo"
 model = "scripted/fixer"
 timeout_s = 300
 opencode_bin = {json.dumps(str(opencode))}
-"""
+{sandbox}"""
     )
     home = root / "home"
     submitted(home, camp)
@@ -161,7 +163,22 @@ def _supervisor(root: Path, opencode: Path, start_model: Callable[[str], Running
     return Case(home=home, env=env, model=model, cell="crashsup:add-bug:SUP:0")
 
 
-ARMS = {"solo": _solo, "supervisor": _supervisor}
+DOCKER_IMAGE = "local/deb-py:bookworm"
+
+
+def _solo_docker(root: Path, opencode: Path, start_model: Callable[[str], RunningModel]) -> Case:
+    """The solo arm with opencode inside a container ([sandbox] kind = "docker")."""
+    from arenad.containers.docker import engine_problem, image_exists
+
+    if (problem := engine_problem()) is not None:
+        pytest.skip(f"no container engine: {problem}")
+    if not image_exists(DOCKER_IMAGE):
+        pytest.skip(f"{DOCKER_IMAGE} is not in the engine (scripts/build-base-image)")
+    sandbox = f'[sandbox]\nkind = "docker"\nimage = "{DOCKER_IMAGE}"\n'
+    return _solo(root, opencode, start_model, sandbox)
+
+
+ARMS = {"solo": _solo, "solo-docker": _solo_docker, "supervisor": _supervisor}
 
 
 def _daemon(case: Case, log: Path, fault: str | None = None) -> int:
@@ -299,3 +316,13 @@ def test_crash_then_restart_is_as_if_nothing_happened(
     records = read_all(case.home)
     _check(case, root, records)
     assert _normalize(_ledger(case, root / "ledger.jsonl"), root) == reference
+    if arm == "solo-docker":
+        import subprocess
+
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=arenad.home={case.home}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert left == [], "a container was left over"

@@ -118,7 +118,9 @@ def neighbours(
         other.close()
 
 
-def _campaign(tmp_path: Path, n: dict[str, Any], network: str | None, **env: str) -> Path:
+def _campaign(
+    tmp_path: Path, n: dict[str, Any], network: str | None, sandbox: str = "", **env: str
+) -> Path:
     repo = tmp_path / "repo"
     base = make_repo(repo, {"a.txt": "a\n"})
     arm_env = {
@@ -133,7 +135,11 @@ def _campaign(tmp_path: Path, n: dict[str, Any], network: str | None, **env: str
         repo=repo,
         base=base,
         argv=["python3", "-c", PROBE],
-        extra="" if network is None else f'[sandbox]\nnetwork = "{network}"',
+        extra=(
+            ("" if network is None else f'[sandbox]\nnetwork = "{network}"\n{sandbox}')
+            if network is not None or not sandbox
+            else f"[sandbox]\n{sandbox}"
+        ),
         uses_model=True,
         arm_extra="env = " + json.dumps(arm_env).replace('": "', '" = "'),
         timeout_s=120,
@@ -148,9 +154,11 @@ def _events(home: Path) -> list[Event]:
     return [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]
 
 
-def _run(tmp_path: Path, n: dict[str, Any], network: str | None) -> tuple[dict[str, Any], Any]:
+def _run(
+    tmp_path: Path, n: dict[str, Any], network: str | None, sandbox: str = ""
+) -> tuple[dict[str, Any], Any]:
     home = n["home"]
-    _submit(home, _campaign(tmp_path, n, network))
+    _submit(home, _campaign(tmp_path, n, network, sandbox))
     daemon = start_daemon(home, "--until-idle", stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=180) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
     events = _events(home)
@@ -184,6 +192,42 @@ def test_model_reaches_its_model_and_no_neighbour(
     )
     with urllib.request.urlopen(page, timeout=60) as answered:
         assert f"model: 127.0.0.1:{port} -&gt; 127.0.0.1:{port}" in answered.read().decode()
+
+
+DOCKER = 'kind = "docker"\nimage = "local/deb-py:bookworm"\n'
+
+
+def _engine_or_skip() -> None:
+    from arenad.containers.docker import engine_problem, image_exists
+
+    if (problem := engine_problem()) is not None:
+        pytest.skip(f"no container engine: {problem}")
+    if not image_exists("local/deb-py:bookworm"):
+        pytest.skip("local/deb-py:bookworm is not in the engine (scripts/build-base-image)")
+
+
+def test_model_in_a_container_reaches_its_model_and_no_neighbour(
+    tmp_path: Path, neighbours: dict[str, Any]
+) -> None:
+    """kind = "docker": the wrapper's forwarder listens inside the container's namespace."""
+    _engine_or_skip()
+    result, started = _run(tmp_path, neighbours, None, DOCKER)
+    assert result["model"] == 200
+    assert result["view"] == "ECONNREFUSED"
+    assert result["other"] == "ECONNREFUSED"
+    assert result["outside"] == "ENETUNREACH"
+    port = neighbours["model"].port
+    assert started.sandbox.kind == "docker" and started.sandbox.network == "model"
+    assert started.sandbox.endpoints == [f"127.0.0.1:{port} -> 127.0.0.1:{port}"]
+
+
+def test_none_in_a_container_reaches_nothing(tmp_path: Path, neighbours: dict[str, Any]) -> None:
+    _engine_or_skip()
+    result, started = _run(tmp_path, neighbours, "none", DOCKER)
+    assert result["model"].startswith("URLError(ConnectionRefusedError")
+    assert (result["view"], result["other"]) == ("ECONNREFUSED", "ECONNREFUSED")
+    assert result["outside"] == "ENETUNREACH"
+    assert started.sandbox.kind == "docker" and started.sandbox.network == "none"
 
 
 def test_none_reaches_nothing(tmp_path: Path, neighbours: dict[str, Any]) -> None:

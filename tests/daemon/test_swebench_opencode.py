@@ -52,12 +52,16 @@ SCRIPT = "\n".join(
 )
 
 
+@pytest.mark.parametrize("kind", ["bwrap", "docker"])
 def test_opencode_solves_a_local_swebench_instance(
     local_swebench: LocalSwebench,  # noqa: F811
     tmp_path: Path,
     opencode_bin: Path,
     scripted_model: Callable[[str], RunningModel],
+    kind: str,
 ) -> None:
+    """With kind = "docker" opencode runs inside the instance's container (its binary
+    mounted read-only), reaching the scripted model through the forwarder in its namespace."""
     home = tmp_path / "home"
     model = scripted_model(SCRIPT)
     config = model.opencode_config(provider_id="scripted")
@@ -80,6 +84,8 @@ kind = "solo"
 model = "scripted/fixer"
 timeout_s = 240
 opencode_bin = {json.dumps(str(opencode_bin))}
+[sandbox]
+kind = "{kind}"
 """
     )
 
@@ -92,7 +98,8 @@ opencode_bin = {json.dumps(str(opencode_bin))}
     asyncio.run(go())
     events = [r.event for r in read_all(home) if r.stream == f"cell/{CELL}"]
     started = next(e for e in events if isinstance(e, ev.RunStarted))
-    assert started.sandbox is not None and started.sandbox.kind == "bwrap"
+    assert started.sandbox is not None and started.sandbox.kind == kind
+    assert started.sandbox.network == "model"
     verified = next(e for e in events if isinstance(e, ev.CellVerified))
     assert verified.scored and verified.verify_pass
     judged = next(e for e in events if isinstance(e, ev.JudgeVerdictRecorded))
