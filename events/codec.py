@@ -26,6 +26,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     cell.RunTimedOut,
     cell.RunAborted,
     cell.CellVerified,
+    cell.CellReverified,
     cell.CellRecovered,
     cell.CellFailed,
     cell.CellRetried,
