@@ -57,6 +57,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     control.CampaignSubmitted,
     control.BudgetSet,
     control.BudgetReached,
+    control.BreakerTripped,
     control.DaemonStarted,
     control.DaemonStopped,
     control.DiskFull,

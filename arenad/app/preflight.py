@@ -9,7 +9,9 @@ its first step is found at submit, before anything is written.
   (:func:`arenad.sandbox.confine.confine`): its executable and a script's interpreter
   (a virtualenv's ``bin`` and its base interpreter too) must be visible inside the
   sandbox, and its shares must exist and not be or hold the arenad home or the user's
-  home. With ``[sandbox] kind = "none"`` the executable must still be found.
+  home. An executable given by path must exist (with ``kind = "none"`` too); one given
+  by a bare name that this ``PATH`` does not find is left to the launch, which looks it
+  up on the daemon's.
 
 The checks use this process's environment (its ``PATH``): submit where the daemon runs.
 Images are checked by :func:`arenad.containers.docker.missing_images` (not here).
@@ -128,10 +130,15 @@ def _arm_problem(spec: CellSpec, home_root: str) -> str | None:
         )
         try:
             command = arm_for(spec.arm).prepare(ctx)
-            if spec.sandbox.kind == "none":
-                exe = command.executables[0] if command.executables else None
-                if exe is not None and _which(exe, command.env, command.cwd) is None:
+            for exe in command.executables:
+                if _which(exe, command.env, command.cwd) is not None:
+                    continue
+                if "/" in exe:
                     return f"the agent's executable {exe!r} was not found"
+                # A bare name this PATH does not find may be on the daemon's: not refused
+                # here (the launch checks it with the daemon's PATH).
+                return None
+            if spec.sandbox.kind == "none":
                 return None
             confine(
                 ctx.sandbox,

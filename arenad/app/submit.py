@@ -244,4 +244,5 @@ def _record(campaign: Campaign, cell_ids: list[str]) -> CampaignSubmitted:
         abort_running=campaign.budget.abort_running if campaign.budget is not None else False,
         selection=campaign.selection,
         arm_kinds=campaign.arm_kinds,
+        breaker_after=campaign.breaker_after,
     )

@@ -34,8 +34,6 @@ def _campaign(tmp_path: Path, extra: str, file: str = "c.toml") -> Path:
         ).stdout.strip()
     )
     return command_campaign(
-        # By its path: a test's PATH may be empty (a machine without bwrap), and submit
-        # checks the agent is found.
         tmp_path / file,
         name=file[:-5],
         repo=repo,

@@ -268,6 +268,13 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         arm_kinds={"SOLO": "solo"},
     ),
     control.BudgetSet: lambda a: control.BudgetSet(max_usd=75.0),
+    control.BreakerTripped: lambda a: control.BreakerTripped(
+        cause="clone-fail",
+        failures=5,
+        last_error="clone-fail: no such repository",
+        cells=["c:i:A:0"],
+        paused=15,
+    ),
     control.BudgetReached: lambda a: control.BudgetReached(
         max_usd=50.0, spent_usd=50.25, unknown_attempts=1, running=2
     ),
