@@ -397,6 +397,16 @@ class Daemon:
             return True
         return is_reached(self.spend.campaign(campaign).spent_usd, cap[0])
 
+    def _fits(self, cell_id: str, campaign: str) -> bool:
+        """Under a cap, a cell starts only if the spend, what the running cells reserve and
+        its own expected cost fit (arenad.budget.spend.SpendFold.may_start)."""
+        cap = self._cap(campaign)
+        if cap is None or not self._spend_loaded:
+            return True
+        parts = cell_id.split(":")
+        arm = parts[2] if len(parts) > 2 else ""
+        return self.spend.may_start(campaign, arm, cap[0], self._running_in(campaign))
+
     def _on_ingested(self, stream: str, events: Sequence[Event]) -> None:
         """A run's ingested batch: its step costs go into the campaign's spend as they are
         recorded (the stream is never read again for it)."""
@@ -782,6 +792,8 @@ class Daemon:
                     break
                 limit = self.campaign_limits.get(campaign)
                 if limit is not None and self._running_in(campaign) >= limit:
+                    continue
+                if not self._fits(cell_id, campaign):
                     continue
                 self._start(cell_id, executor)
             if self.options.until_idle and not self.tasks and not runnable:
