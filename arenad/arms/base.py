@@ -20,7 +20,6 @@ touch the cell's files run at its site (:class:`arenad.runs.executor.Site`).
 from __future__ import annotations
 
 import abc
-import json
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
+from arenad.js import js_parse
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import checked_usage
 from arenad.runs import netns
@@ -224,7 +224,8 @@ def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[ob
         if isinstance(e, LineIngested | LineMalformed) and e.source == source:
             if isinstance(e, LineIngested) and e.encoding == "utf-8":
                 try:
-                    out.append(json.loads(e.raw))
+                    # JSON.parse's reading: a NaN / Infinity literal is not JSON.
+                    out.append(js_parse(e.raw))
                     continue
                 except ValueError:
                     pass
