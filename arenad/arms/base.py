@@ -258,7 +258,10 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
     )
     argv, cwd = confined.argv, command.cwd
     secrets = ctx.spec.secrets
-    if command.uses_secrets and secrets is not None:
+    # A model-touching run gets the auth bootstrap with or without ``[secrets]`` (the
+    # reference always prepends it): a user's ``opencode auth`` login reaches opencode in
+    # the cell's private HOME either way (finding 9: it was skipped without ``[secrets]``).
+    if command.uses_secrets:
         line = shlex.join(confined.argv)
         script = f"trap '' TERM INT HUP\n{line}\nexit $?" if confined.sandboxed else f"exec {line}"
         wrapped = wrap_bash(secrets, script)
