@@ -118,7 +118,10 @@ def _arm_problem(spec: CellSpec, home_root: str) -> str | None:
         run_dir = os.path.join(scratch, "run")
         workspace = os.path.join(run_dir, "ws")
         os.makedirs(workspace)
-        env = prepare_cell_env(run_dir, os.environ)
+        try:
+            env = prepare_cell_env(run_dir, os.environ)
+        except Exception:
+            return None  # the cell's own environment is the run's to record
         ctx = ArmContext(
             spec=spec,
             cell_id=spec.cell_id,
