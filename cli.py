@@ -543,6 +543,40 @@ def retry(
 
 
 @command(
+    "Re-grade stored patches (verify and judge again, the agent not re-run).",
+    "arenad reverify --campaign demo --where verify-failed --verify-cmd 'pytest -q'",
+)
+def reverify(
+    cells: Annotated[list[str] | None, typer.Argument(help="Cell ids.")] = None,
+    campaign: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Re-grade this campaign's cells (--where narrows)."),
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(metavar="|".join(services.RETRY_WHERE), help="Which cells (with --campaign)."),
+    ] = None,
+    verify_cmd: Annotated[
+        str | None,
+        typer.Option("--verify-cmd", help="Verify with this command (default: the campaign's)."),
+    ] = None,
+    reason: Annotated[str, typer.Option(help="Why, for the audit trail.")] = "operator reverify",
+) -> None:
+    results = run(
+        services.reverify(
+            _ctx.home,
+            cells or [],
+            campaign=campaign,
+            where=where,
+            verify_cmd=verify_cmd,
+            reason=reason,
+        )
+    )
+    for line in services.reverify_lines(results):
+        typer.echo(services.printable(line))
+
+
+@command(
     "Pause a cell or a campaign's cells: no further step of them starts.",
     "arenad pause --campaign demo",
 )

@@ -185,6 +185,24 @@ class CellVerified(Event, tag="cell.verified", frozen=True, kw_only=True):
     tampered_paths: list[str] | None = None
 
 
+class CellReverified(CellVerified, tag="cell.reverified", frozen=True, kw_only=True):
+    """A new verdict on an attempt's stored patch (``arenad reverify``): verify (and the
+    judge) re-run on a fresh grading checkout of base + the patch, the agent not re-run.
+
+    A CellVerified (every fold that reads one reads this as the attempt's newest verdict:
+    the newest wins), carrying over what the run decided (``scored``, the patch, the
+    tampering found) and replacing what verify decided. The verdict it replaces stays in
+    the log; ``previous_*`` name it, so ``history`` shows the lineage."""
+
+    # The verify command that ran (the campaign's, or the operator's ``--verify-cmd``).
+    verify_cmd: str
+    reason: str = "operator reverify"
+    # The verdict this one replaces: its log seq and its verify outcome.
+    previous_seq: int | None = None
+    previous_pass: bool | None = None
+    previous_rc: int | None = None
+
+
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):
     """The seed's usage figures, summed over the opencode stream's token parts."""
 

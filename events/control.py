@@ -33,6 +33,22 @@ class CampaignSubmitted(Event, tag="campaign.submitted", frozen=True, kw_only=Tr
     selection: InstanceSelection | None = None
     # Arm name -> kind ("solo", "supervisor", "command"): whether an arm can report cost.
     arm_kinds: dict[str, str] = msgspec.field(default_factory=dict)
+    # The circuit breaker: this many consecutive infrastructure failures with the same
+    # cause pause the campaign (0: never); None: the default (recorded before it was kept).
+    breaker_after: int | None = None
+
+
+class BreakerTripped(Event, tag="campaign.breaker-tripped", frozen=True, kw_only=True):
+    """``failures`` consecutive infrastructure failures of the campaign's cells had the same
+    cause (their CellFailed stage): the daemon paused the campaign's unfinished cells (their
+    CellPaused in the same transaction). ``arenad resume --campaign`` lets them go on."""
+
+    cause: str
+    failures: int
+    # The last failure's error (its end), and the cells that failed, in order.
+    last_error: str
+    cells: list[str] = msgspec.field(default_factory=list)
+    paused: int = 0
 
 
 class BudgetSet(Event, tag="campaign.budget-set", frozen=True, kw_only=True):

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
         status,
         verify_log,
     )
+    from arenad.app.reverify import diff_lines as reverify_lines
+    from arenad.app.reverify import reverify
     from arenad.app.submit import submit_campaign
     from arenad.app.views import (
         campaigns_table,
@@ -112,6 +114,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "run_demo": ("arenad.app.demo", "run_demo"),
     "serve_daemon": ("arenad.app.executors", "serve_daemon"),
     "submit_campaign": ("arenad.app.submit", "submit_campaign"),
+    "reverify": ("arenad.app.reverify", "reverify"),
+    "reverify_lines": ("arenad.app.reverify", "diff_lines"),
     "RetryPolicy": ("arenad.cell.retry", "RetryPolicy"),
     "DaemonOptions": ("arenad.daemon.daemon", "DaemonOptions"),
     "run_daemon": ("arenad.daemon.daemon", "run_daemon"),
@@ -164,6 +168,8 @@ __all__ = [
     "resume_cell",
     "retry_campaign",
     "retry_cell",
+    "reverify",
+    "reverify_lines",
     "run_daemon",
     "run_demo",
     "serve_daemon",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from arenad.app.preflight import preflight_problems
 from arenad.budget.cap import fold_budget
 from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.containers.docker import missing_images
@@ -28,6 +29,9 @@ from events.cell import CellSubmitted
 from events.control import CampaignSubmitted, InstanceSelection
 from events.specs import CellSpec
 from events.streams import campaign_stream, cell_stream
+
+# Problems listed by a refused submit (then a count of the rest).
+MAX_PROBLEMS = 20
 
 # Cells per batch: a few MiB of specs at SWE-bench row sizes, and one lookup of their states.
 BATCH_CELLS = 500
@@ -86,9 +90,16 @@ def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
     if campaign.images:
         # Every cell of an instance whose image is missing would fail at its first step.
         problems.append(missing_images(campaign.images))
-    for problem in problems:
-        if problem is not None:
-            raise UserError(f"{path}: {problem}; nothing was appended")
+    found = [p for p in problems if p is not None]
+    if not found:
+        # What would fail each cell at its first step: a source or base commit that is not
+        # there, an agent the sandbox would not show (checked only once the host can run).
+        found = preflight_problems(campaign.iter_cells(), str(home.root))
+    if found:
+        shown = [f"{path}: {p}" for p in found[:MAX_PROBLEMS]]
+        if len(found) > MAX_PROBLEMS:
+            shown.append(f"{path}: ... and {len(found) - MAX_PROBLEMS} more problem(s)")
+        raise UserError("\n".join(shown) + "; nothing was appended")
 
 
 def plan_of(campaign: Campaign, notes: Sequence[str] = ()) -> SubmitPlan:
@@ -233,4 +244,5 @@ def _record(campaign: Campaign, cell_ids: list[str]) -> CampaignSubmitted:
         abort_running=campaign.budget.abort_running if campaign.budget is not None else False,
         selection=campaign.selection,
         arm_kinds=campaign.arm_kinds,
+        breaker_after=campaign.breaker_after,
     )

@@ -20,7 +20,6 @@ touch the cell's files run at its site (:class:`arenad.runs.executor.Site`).
 from __future__ import annotations
 
 import abc
-import json
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from arenad.arms.evidence import InfraCause, infra_cause
 from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
+from arenad.js import js_parse
 from arenad.materialize.image import default_image_name
 from arenad.recovery.capture import recover_tree
 from arenad.recovery.usage import checked_usage
@@ -241,7 +241,8 @@ def stream_objects(ingested: Sequence[Recorded | Event], source: str) -> list[ob
         if isinstance(e, LineIngested | LineMalformed) and e.source == source:
             if isinstance(e, LineIngested) and e.encoding == "utf-8":
                 try:
-                    out.append(json.loads(e.raw))
+                    # JSON.parse's reading: a NaN / Infinity literal is not JSON.
+                    out.append(js_parse(e.raw))
                     continue
                 except ValueError:
                     pass
@@ -285,7 +286,11 @@ def launch_for(ctx: ArmContext, command: AgentCommand) -> Launch:
         container_network=net.mode,
     )
     argv, cwd = confined.argv, command.cwd
-    if command.uses_secrets and secrets is not None:
+    # A model-touching run gets the auth bootstrap with or without ``[secrets]`` (the
+    # reference always prepends it): a user's ``opencode auth`` login reaches opencode in
+    # the cell's private HOME either way (finding 9: it was skipped without ``[secrets]``).
+    # A docker cell's HOME is inside its container, where the bootstrap's bash is not.
+    if command.uses_secrets and not docker:
         line = shlex.join(confined.argv)
         script = f"trap '' TERM INT HUP\n{line}\nexit $?" if confined.sandboxed else f"exec {line}"
         wrapped = wrap_bash(secrets, script)

@@ -284,6 +284,9 @@ class SupervisorArmRunner(Arm):
         ingested = await read_ingested()
         cwds = figures.worker_cwds(ingested)
         db_path = cell_paths(ctx.run_dir).opencode_db
+        if not cwds:
+            # No worker started: the reference reads no store then (its figures are 0).
+            return recovered_events(ctx.cell_id, ctx.attempt, db_path, ingested, cwds, ([], []))
         result = await site.call_blocking(
             capture_worker_sessions, db_path, cwds, ctx.attempt, str(ctx.run_dir)
         )

@@ -162,6 +162,11 @@ class SpendFold:
         self._done: set[tuple[str, int]] = set()
         self._totals: dict[str, _Totals] = {}
         self._arm_kinds: dict[tuple[str, str], str] = {}
+        # (campaign, arm) -> the largest known cost of its recovered attempts (units): what
+        # a running attempt of the arm is expected to cost at most (the reservations).
+        self._arm_max: dict[tuple[str, str], int] = {}
+        # Arms with an ended attempt of unknown cost: nothing to reserve by.
+        self._arm_unknown: set[tuple[str, str]] = set()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -181,6 +186,42 @@ class SpendFold:
 
     def campaigns(self) -> list[str]:
         return sorted(self._totals)
+
+    # -- reservations ----------------------------------------------------------------
+
+    def expected_usd(self, campaign: str, arm: str) -> float | None:
+        """What an attempt of ``arm`` is expected to cost: the largest known cost of its
+        recovered attempts (None: none is known yet)."""
+        n = self._arm_max.get((campaign, arm))
+        return None if n is None else usd(n)
+
+    def reserved_usd(self, campaign: str) -> float:
+        """What the campaign's running attempts may still spend: each reserves its arm's
+        expected cost less what it has spent so far (0 when its arm's is unknown)."""
+        total = 0
+        for a in self._attempts.values():
+            if a.campaign != campaign or not a.started or a.ended:
+                continue
+            expected = self._arm_max.get((campaign, a.arm))
+            if expected is not None:
+                spent, how, _ = self._share(a)
+                total += max(0, expected - (spent if how == "live" else 0))
+        return usd(total)
+
+    def may_start(self, campaign: str, arm: str, cap_usd: float, running: int) -> bool:
+        """Whether a new attempt of ``arm`` fits under ``cap_usd``: its spend, what the
+        ``running`` attempts reserve and its own expectation. While the arm's cost is not
+        known yet, one attempt of the campaign at a time (the first finds it out). So the
+        cap is overshot by at most one attempt's cost beyond the largest seen. An arm whose
+        attempts' cost is unknown reserves nothing (its spend never counts against a cap)."""
+        spent = self.campaign(campaign).spent_usd
+        if running == 0:
+            return spent < cap_usd
+        expected = self.expected_usd(campaign, arm)
+        if expected is None:
+            # Not known yet: wait for the one running to say, unless its cost never can.
+            return (campaign, arm) in self._arm_unknown and spent < cap_usd
+        return spent + self.reserved_usd(campaign) + expected <= cap_usd
 
     def unrecovered(self) -> list[tuple[str, int]]:
         """(cell id, attempt) of attempts that started and were not recovered: their cost is
@@ -259,6 +300,14 @@ class SpendFold:
             t = self._totals[a.campaign]
             _add(t, before, -1)
             _add(t, after, 1)
+        if a.ended:
+            # What it cost, as far as known, for what the arm's next attempts reserve (a
+            # hint for scheduling, so the live figure counts too; the cap counts its share).
+            arm = (a.campaign, a.arm)
+            if after[1] in ("live", "recovered"):
+                self._arm_max[arm] = max(self._arm_max.get(arm, 0), after[0])
+            elif after[1] == "unknown":
+                self._arm_unknown.add(arm)
         if a.recovered:  # its share is final
             del self._attempts[key]
             self._done.add(key)

@@ -10,6 +10,8 @@ Every error names the file and the key or row it is about.
     split = "search"                  # search | dev | holdout | canary
     reps = 2
     max_parallel = 4                  # optional cap for this campaign (else the daemon's)
+    breaker_after = 5                 # consecutive infrastructure failures with one cause
+                                      # that pause the campaign (default 5; 0: never)
     max_cells = 100000                # refuse a campaign expanding to more cells (default)
     instances_file = "instances.jsonl"  # .jsonl, .json (an array), .parquet, a saved HF
                                       # dataset dir, parquet shards (dir or glob); or [[instances]]
@@ -162,6 +164,9 @@ DEFAULT_LOOPS_REPO = "~/code/loops"
 
 # The limits of the module docstring's table.
 DEFAULT_MAX_CELLS = 100_000
+# Consecutive infrastructure failures with one cause that pause a campaign (the circuit
+# breaker, arenad.daemon.breaker): small, so a systematic cause burns a handful of cells.
+DEFAULT_BREAKER_AFTER = 5
 # A file name is at most 255 bytes (NAME_MAX). The longest one arenad makes of these names
 # is the patch being written, <iid>.<arm>.patch.partial: 128 + 1 + 64 + 14 = 207 bytes.
 NAME_MAX_BYTES = 255
@@ -305,6 +310,7 @@ class CampaignFile(_Strict, frozen=True, kw_only=True):
     reps: int = 1
     # This campaign's cap on cells at once; unset, only the daemon's --max-parallel applies.
     max_parallel: int | None = None
+    breaker_after: int = DEFAULT_BREAKER_AFTER
     max_cells: int = DEFAULT_MAX_CELLS
     experiment_id: str | None = None
     instances: list[dict[str, Any]] = []
@@ -364,6 +370,7 @@ class Campaign:
     # Each container image the cells need -> the first instance needing it (submit checks
     # the engine holds them all).
     images: dict[str, str] = dataclasses.field(default_factory=dict)
+    breaker_after: int = DEFAULT_BREAKER_AFTER
 
     def iter_cells(self) -> Iterator[CellSpec]:
         """The campaign's cells in order (instance, arm, rep); raises CampaignError if the
@@ -688,6 +695,8 @@ def _check_file(parsed: CampaignFile, where: str) -> None:
         raise CampaignError(f"{where}: reps must be at least 1")
     if parsed.max_parallel is not None and parsed.max_parallel < 1:
         raise CampaignError(f"{where}: max_parallel must be at least 1")
+    if parsed.breaker_after < 0:
+        raise CampaignError(f"{where}: breaker_after must be 0 (never) or more")
     if parsed.max_cells < 1:
         raise CampaignError(f"{where}: max_cells must be at least 1")
     if parsed.max_output_bytes < 1:
@@ -1072,6 +1081,7 @@ def load_campaign(path: Path) -> Campaign:
         source_path=str(path.resolve()),
         spec_sha256=hashlib.sha256(raw_text).hexdigest(),
         max_parallel=parsed.max_parallel,
+        breaker_after=parsed.breaker_after,
         budget=(
             Budget(max_usd=parsed.budget.max_usd, abort_running=parsed.budget.abort_running)
             if parsed.budget is not None

@@ -43,6 +43,10 @@ KEYS: dict[str, str] = {
     "CampaignFile.split": "Which split of the suite the campaign evaluates, recorded in every "
     "ledger line.",
     "CampaignFile.reps": "Repetitions: cells per (instance, arm).",
+    "CampaignFile.breaker_after": "The circuit breaker: this many consecutive infrastructure"
+    " failures with the same cause (their stage) pause the campaign's unfinished cells, with"
+    " one campaign.breaker-tripped naming it; `arenad resume --campaign` lets them go on."
+    " 0: never.",
     "CampaignFile.max_parallel": "This campaign's cap on cells at once; unset, only the "
     "daemon's `--max-parallel` applies.",
     "CampaignFile.max_cells": "Refuse a campaign that expands to more cells (a typo in `reps` "

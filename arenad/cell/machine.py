@@ -77,7 +77,10 @@ SIDE_EVENTS: dict[str, frozenset[CellStatus]] = {
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
     # What verify saw (the patch, the log's end), appended right after the CellVerified.
     "cell.patch-captured": frozenset({S.VERIFIED}),
-    "cell.verify-log-captured": frozenset({S.VERIFIED}),
+    # A recovered attempt re-graded on its stored patch (``arenad reverify``): the new
+    # verdict (a CellVerified: it replaces ``verified``), its log's end, a new judge verdict.
+    "cell.verify-log-captured": frozenset({S.VERIFIED, S.RECOVERED}),
+    "cell.reverified": frozenset({S.RECOVERED}),
     # An interrupted run's spend, captured before its failure is recorded (never verified:
     # ``apply`` allows it only after an interruption).
     "cell.recovered": frozenset({S.ABORTED}),
@@ -110,7 +113,8 @@ class CellState(msgspec.Struct, frozen=True, kw_only=True):
     # RunAborted.limit); None: none did.
     run_limit: str | None = None
     ended_at_ms: int | None = None
-    verified: ev.CellVerified | None = None
+    # The attempt's newest verdict (a reverify's replaces the run's).
+    verified: ev.CellVerified | ev.CellReverified | None = None
     recovered: ev.CellRecovered | None = None
     failed: ev.CellFailed | None = None
     provenance: ev.ProvenanceRecorded | None = None

@@ -40,14 +40,24 @@ import msgspec
 from arenad import __version__
 from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_reached
 from arenad.budget.spend import SPEND_TAGS, SpendFold
+from arenad.campaign.load import DEFAULT_BREAKER_AFTER
 from arenad.cell.retry import RetryPolicy
 from arenad.clock import Clock, system_clock, wait_for_event
 from arenad.daemon import diskfull
+from arenad.daemon.breaker import Breaker, Trip
 from arenad.daemon.documents import rewrite_missing_documents
 from arenad.daemon.lease import CHECK_EVERY_S, DaemonLease
 from arenad.daemon.progress import start_live_line
 from arenad.daemon.runner import CellRunner, RunnerConfig
-from arenad.errors import ArenadError, LeaseError, LogTampered, StoreUnwritable, UserError
+from arenad.errors import (
+    ArenadError,
+    ConcurrencyError,
+    IllegalTransition,
+    LeaseError,
+    LogTampered,
+    StoreUnwritable,
+    UserError,
+)
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
@@ -56,13 +66,14 @@ from arenad.readmodels.view import CellsView, cells_view
 from arenad.runs import limits
 from arenad.runs.executor import Executor, Tools
 from arenad.runs.local import LocalExecutor
-from arenad.store.base import EventStore
+from arenad.store.base import AppendRequest, EventStore
 from arenad.store.faults import fault_from_env
 from arenad.store.group_commit import GroupCommit
 from events import cell as ev
 from events import streams
 from events.base import Event, Recorded
 from events.control import (
+    BreakerTripped,
     BudgetReached,
     CampaignSubmitted,
     DaemonStarted,
@@ -186,6 +197,10 @@ class Daemon:
         self._spend_loaded = False
         # Campaigns at their cap: none of their cells starts.
         self.held: set[str] = set()
+        # The circuit breaker (arenad.daemon.breaker), fed this daemon's cell appends; a
+        # campaign it tripped on starts nothing more until its cells are paused in the log.
+        self.breaker = Breaker(DEFAULT_BREAKER_AFTER)
+        self.tripped: dict[str, Trip] = {}
         # Set when --until-idle went idle with campaigns held at their cap (EXIT_AT_CAP).
         self.at_cap_summary: str | None = None
         self.runners: dict[str, CellRunner] = {}
@@ -344,8 +359,11 @@ class Daemon:
             elif isinstance(e, ev.CellPaused) and runner is not None:
                 log.info("%s paused; the step in flight finishes first", cell_id)
                 runner.request_pause()
-        elif isinstance(e, CampaignSubmitted) and e.max_parallel:
-            self.campaign_limits[e.name] = e.max_parallel
+        elif isinstance(e, CampaignSubmitted):
+            if e.max_parallel:
+                self.campaign_limits[e.name] = e.max_parallel
+            if e.breaker_after is not None:
+                self.breaker.after[e.name] = e.breaker_after
         self.wake.set()
 
     # -- scheduling --------------------------------------------------------------
@@ -378,6 +396,16 @@ class Daemon:
         if budget is not None and budget.reached == cap[0]:
             return True
         return is_reached(self.spend.campaign(campaign).spent_usd, cap[0])
+
+    def _fits(self, cell_id: str, campaign: str) -> bool:
+        """Under a cap, a cell starts only if the spend, what the running cells reserve and
+        its own expected cost fit (arenad.budget.spend.SpendFold.may_start)."""
+        cap = self._cap(campaign)
+        if cap is None or not self._spend_loaded:
+            return True
+        parts = cell_id.split(":")
+        arm = parts[2] if len(parts) > 2 else ""
+        return self.spend.may_start(campaign, arm, cap[0], self._running_in(campaign))
 
     def _on_ingested(self, stream: str, events: Sequence[Event]) -> None:
         """A run's ingested batch: its step costs go into the campaign's spend as they are
@@ -427,6 +455,65 @@ class Daemon:
                         # The cap is the operator's: the run is interrupted, not scored.
                         runner.request_abort(reason, cause="operator")
 
+    # -- the circuit breaker -----------------------------------------------------
+
+    def _on_appended(self, cell_id: str, events: Sequence[Event]) -> None:
+        """A cell's own append, as it commits: folded into the breaker at once (so no more
+        cell of a tripped campaign starts while the trip is being recorded)."""
+        trip = self.breaker.apply(cell_id, events)
+        if trip is not None and trip.campaign not in self.tripped:
+            self.tripped[trip.campaign] = trip
+            self.wake.set()
+
+    async def _check_breakers(self) -> None:
+        """Record each trip: one campaign.breaker-tripped and a CellPaused of every
+        unfinished, unpaused cell of the campaign, in one transaction."""
+        for name, trip in list(self.tripped.items()):
+            reason = (
+                f"circuit breaker: {trip.failures} consecutive infrastructure failures"
+                f" ({trip.cause})"
+            )
+            for _ in range(5):
+                ids = [str(row["cell_id"]) for row in await self.cells.rows(name)]
+                requests: list[AppendRequest] = []
+                for i in range(0, len(ids), 500):
+                    states = await self.cells.states(ids[i : i + 500])
+                    for state in states.values():
+                        if not state.terminal and not state.paused:
+                            requests.append(
+                                AppendRequest(
+                                    streams.cell_stream(state.cell_id),
+                                    state.version,
+                                    [ev.CellPaused(reason=reason)],
+                                )
+                            )
+                record = BreakerTripped(
+                    cause=trip.cause,
+                    failures=trip.failures,
+                    last_error=trip.last_error,
+                    cells=trip.cells,
+                    paused=len(requests),
+                )
+                try:
+                    await self.store.append_many(
+                        [*requests, AppendRequest(streams.campaign_stream(name), None, [record])]
+                    )
+                except (ConcurrencyError, IllegalTransition):
+                    continue  # a cell moved on meanwhile: read them again
+                break
+            log.warning(
+                "%s: paused by the %s; last error: %s (`arenad resume --campaign %s`"
+                " once the cause is fixed)",
+                name,
+                reason,
+                trip.last_error.splitlines()[-1] if trip.last_error else "?",
+                name,
+            )
+            for runner in list(self.runners.values()):
+                if runner.cell_id.split(":", 1)[0] == name:
+                    runner.request_pause()
+            del self.tripped[name]
+
     def _start(self, cell_id: str, executor: Executor) -> None:
         campaign = cell_id.split(":", 1)[0]
         runner = CellRunner(
@@ -435,8 +522,9 @@ class Daemon:
             cell_id,
             self.clock,
             executor,
-            may_start=lambda: not self._at_cap(campaign),
+            may_start=lambda: not self._at_cap(campaign) and campaign not in self.tripped,
             on_ingested=self._on_ingested,
+            on_appended=self._on_appended,
             group_commit=self.group_commit,
         )
         self.runners[cell_id] = runner
@@ -702,12 +790,15 @@ class Daemon:
         while not self.stopping.is_set():
             self.wake.clear()
             await self._check_budgets()
+            await self._check_breakers()
             runnable = await self._runnable()
             for cell_id, campaign in runnable:
                 if len(self.tasks) >= self.max_parallel:
                     break
                 limit = self.campaign_limits.get(campaign)
                 if limit is not None and self._running_in(campaign) >= limit:
+                    continue
+                if not self._fits(cell_id, campaign):
                     continue
                 self._start(cell_id, executor)
             if self.options.until_idle and not self.tasks and not runnable:
@@ -781,6 +872,8 @@ class Daemon:
                     self.spend.apply(r.stream, r.event)
                     if r.event.max_parallel:
                         self.campaign_limits[r.event.name] = r.event.max_parallel
+                    if r.event.breaker_after is not None:
+                        self.breaker.after[r.event.name] = r.event.breaker_after
         for r in await self.store.read_stream(streams.CONTROL):
             if self.options.max_parallel is None:
                 self._on_event(r)

@@ -102,6 +102,7 @@ class CellRunner:
         may_start: Callable[[], bool] | None = None,
         on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
         group_commit: GroupCommit | None = None,
+        on_appended: Callable[[str, Sequence[Event]], None] | None = None,
     ) -> None:
         self.store = store
         # Shared by every cell of the daemon: their appends (ingested batches and
@@ -112,6 +113,8 @@ class CellRunner:
         self.may_start = may_start
         # Sees the attempt's ingested events (recorded before this runner, then live).
         self.on_ingested = on_ingested
+        # Sees each of the cell's own appends once committed (the daemon's circuit breaker).
+        self.on_appended = on_appended
         self.held = False
         self.config = config
         self.cell_id = cell_id
@@ -812,7 +815,10 @@ class CellRunner:
         self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
     ) -> CellState:
         async with stalls.reported(self.cell_id, "append"):
-            return await self.writer.append(events, also=also)
+            state = await self.writer.append(events, also=also)
+        if self.on_appended is not None:
+            self.on_appended(self.cell_id, events)
+        return state
 
     async def _unless_aborted(self, step: Awaitable[T]) -> T | None:
         """The step's result, or None when an operator's abort came first (the step is

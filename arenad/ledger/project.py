@@ -522,7 +522,9 @@ def _supervisor_line(
     assert isinstance(arm, SupervisorArm)
     so = a.supervisor
     spend = a.spend
-    provider, model = _split_model(arm.driver_model)
+    # The reference's ``resolvedModel`` of a supervisor cell is the model its work ran on:
+    # the worker model (issue 29, finding 9), not the driver that plans it.
+    provider, model = _split_model(arm.worker_model)
     run_dir = a.run_dir
     spent_tokens = so.spent_tokens if so is not None else None
     spent_usd = so.spent_usd if so is not None else None

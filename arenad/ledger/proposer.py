@@ -11,7 +11,8 @@ The reference backfill's PROPOSER mapping (fact sheet §5), over events instead 
   exactly one. Of the candidates, the one starting nearest ``receipt.startedAt`` wins
   (ties: the first by name). No candidate → a gap line;
 - reward: the candidate's resolved fraction when it is known (``CandidateTally``), else
-  null with ``reward_source`` null — never 0 for unknown.
+  null with ``reward_source`` null — never 0 for unknown; over the baseline's instance
+  count when a baseline was evaluated (the reference's manifest), else its own.
 
 Decisions where the reference reads files arenad does not have: the candidate's cells are
 those whose campaign's candidate (``arenad.ledger.candidate``: its ``[candidate]`` keys,
@@ -137,6 +138,10 @@ class _CampaignTally:
         )
 
 
+# The baseline's (generation, candidate index): arenad.ledger.candidate.
+BASELINE_KEY = (-1, -1)
+
+
 class CandidateTally:
     """A fold over the cells of candidate campaigns, one cell at a time (O(instances))."""
 
@@ -153,8 +158,19 @@ class CandidateTally:
             tally.add(cell)
 
     def outcome(self, generation: int, candidate_index: int) -> CandidateOutcome | None:
+        """The candidate's outcome. Its reward's denominator is the *baseline's* instance
+        count when a baseline (-1, -1) was evaluated: the reference divides by its
+        manifest's instances (``manifest.instances.length``), the set every candidate is
+        evaluated on, so a candidate that ran on fewer instances is not rewarded for it
+        (issue 29, finding 9). Without a baseline, the candidate's own instances."""
         tally = self._by_key.get((generation, candidate_index))
-        return tally.outcome() if tally is not None else None
+        if tally is None:
+            return None
+        out = tally.outcome()
+        baseline = self._by_key.get(BASELINE_KEY)
+        if baseline is not None and out.resolved_count is not None and baseline.resolved:
+            out = msgspec.structs.replace(out, instance_count=len(baseline.resolved))
+        return out
 
 
 # --------------------------------------------------------------------------- the join

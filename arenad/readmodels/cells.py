@@ -14,7 +14,7 @@ import msgspec
 from arenad.cell.machine import CellState, apply
 from arenad.cell.spend import run_tokens
 from arenad.errors import IllegalTransition
-from arenad.recovery.bounds import attempt_usd
+from arenad.recovery.bounds import attempt_tokens, attempt_usd
 from events.base import Recorded
 from events.streams import cell_of, is_cell_stream
 
@@ -92,6 +92,54 @@ def row_of(state: CellState, last_seq: int) -> tuple[object, ...]:
         state.version,
         last_seq,
         _state_encoder.encode(state),
+    )
+
+
+# The JSON paths of a state the status rows' spend extras are read from (the SQL view
+# extracts them from state_json; a fold reads the same fields).
+EXTRA_PATHS: tuple[str, ...] = (
+    "$.recovered.spend.cache_read",
+    "$.recovered.spend.cache_write",
+    "$.recovered.spend.spent_usd",
+    "$.supervisor.spent_usd",
+)
+
+
+def spend_extras(
+    arm_kind: str,
+    cost_usd: float | None,
+    cache_read: object,
+    cache_write: object,
+    spend_spent_usd: object,
+    supervisor_spent_usd: object,
+) -> dict[str, object]:
+    """The status row's cache tokens and a supervisor cell's two costs, each under its own
+    name (finding 9: one status showed the workers' sessions in the cell column and the
+    driver's receipt on the campaign line): ``driver_usd`` is the whole tree's own total,
+    the cost of record (the report's and the cap's, arenad.cell.spend); ``workers_usd``
+    the captured worker sessions (the row's ``cost_usd``). Checked as read: out of bounds
+    is unknown. Pure, so the SQL view and a fold agree."""
+    extras: dict[str, object] = {
+        "cache_read": attempt_tokens(cache_read),
+        "cache_write": attempt_tokens(cache_write),
+    }
+    if arm_kind == "supervisor":
+        own = supervisor_spent_usd if supervisor_spent_usd is not None else spend_spent_usd
+        extras["driver_usd"] = attempt_usd(own)
+        extras["workers_usd"] = cost_usd
+    return extras
+
+
+def state_extras(state: CellState) -> dict[str, object]:
+    """:func:`spend_extras` of a folded state."""
+    spend = state.recovered.spend if state.recovered is not None else None
+    return spend_extras(
+        str(type(state.spec.arm).__struct_config__.tag),
+        attempt_usd(spend.cost_usd) if spend is not None else None,
+        spend.cache_read if spend is not None else None,
+        spend.cache_write if spend is not None else None,
+        spend.spent_usd if spend is not None else None,
+        state.supervisor.spent_usd if state.supervisor is not None else None,
     )
 
 

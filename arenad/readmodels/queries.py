@@ -8,7 +8,13 @@ from typing import Any
 import aiosqlite
 
 from arenad.cell.machine import CellState
-from arenad.readmodels.cells import STATUS_COLUMNS, decode_state, status_reason
+from arenad.readmodels.cells import (
+    EXTRA_PATHS,
+    STATUS_COLUMNS,
+    decode_state,
+    spend_extras,
+    status_reason,
+)
 
 _STATUS_COLUMNS = ", ".join(STATUS_COLUMNS)
 # What the reason is made of, read out of the state (no column of its own: no migration).
@@ -18,6 +24,9 @@ _REASON_PARTS = (
     f" json_extract({_STATE_TEXT}, '$.verified.not_scored_reason'),"
     f" json_extract({_STATE_TEXT}, '$.previous_failure')"
 )
+
+# The spend extras of a row (cache tokens, a supervisor's two costs), likewise.
+_EXTRA_PARTS = ", ".join(f"json_extract({_STATE_TEXT}, '{p}')" for p in EXTRA_PATHS)
 
 
 async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
@@ -31,7 +40,7 @@ async def cell_rows(
     limit: int | None = None,
     state: str | None = None,
 ) -> list[dict[str, Any]]:
-    sql = f"SELECT {_STATUS_COLUMNS}, {_REASON_PARTS} FROM cells"
+    sql = f"SELECT {_STATUS_COLUMNS}, {_REASON_PARTS}, {_EXTRA_PARTS} FROM cells"
     where: list[str] = []
     params: list[Any] = []
     if campaign is not None:
@@ -52,8 +61,11 @@ async def cell_rows(
     out = []
     for row in rows:
         named = dict(zip(STATUS_COLUMNS, row[: len(STATUS_COLUMNS)], strict=True))
-        failed, not_scored, previous = row[len(STATUS_COLUMNS) :]
+        failed, not_scored, previous = row[len(STATUS_COLUMNS) : len(STATUS_COLUMNS) + 3]
         named["reason"] = status_reason(int(named["attempt"]), failed, not_scored, previous)
+        named.update(
+            spend_extras(str(named["arm_kind"]), named["cost_usd"], *row[len(STATUS_COLUMNS) + 3 :])
+        )
         out.append(named)
     return out
 

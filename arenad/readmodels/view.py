@@ -16,7 +16,13 @@ from typing import Any
 
 from arenad.cell.machine import TERMINAL, CellState, CellStatus, fold
 from arenad.readmodels import queries
-from arenad.readmodels.cells import COLUMNS, STATUS_COLUMNS, row_of, state_reason
+from arenad.readmodels.cells import (
+    COLUMNS,
+    STATUS_COLUMNS,
+    row_of,
+    state_extras,
+    state_reason,
+)
 from arenad.store.base import EventStore
 from arenad.store.sqlite import SqliteEventStore
 from events.streams import CELL, cell_stream
@@ -174,7 +180,13 @@ class FoldedCellsView(CellsView):
         out = []
         for s in states[:limit]:
             row = dict(zip(COLUMNS, row_of(s, 0), strict=True))
-            out.append({**{c: row[c] for c in STATUS_COLUMNS}, "reason": state_reason(s)})
+            out.append(
+                {
+                    **{c: row[c] for c in STATUS_COLUMNS},
+                    "reason": state_reason(s),
+                    **state_extras(s),
+                }
+            )
         return out
 
     async def state(self, cell_id: str) -> CellState | None:

@@ -247,9 +247,14 @@ def sup_spend(
 ) -> SupSpend:
     """Figures over the captured sessions whose ``directory`` is one of ``worker_cwds``.
 
-    Pass ``None`` when the store was unavailable: the figures are then ``None``, never 0.
+    Pass ``None`` when the store was unavailable: the figures are then ``None``, never 0
+    (unless there are no worker cwds: then there is nothing to count, and they are 0).
     """
     cwds = list(dict.fromkeys(worker_cwds))
+    if not cwds:
+        # No worker ever started: nothing to recover, known to be nothing. The reference
+        # returns zeros here without opening the store (finding 9), whatever the store is.
+        return SupSpend(cwds, 0, 0, 0, 0)
     if captures is None:
         return SupSpend(cwds, None, None, None, None)
     wanted = set(cwds)

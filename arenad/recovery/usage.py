@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from arenad.js import js_parse
 from arenad.recovery.bounds import (
     MAX_REJECTED_KEPT,
     MAX_SESSION_TOKENS,
@@ -133,7 +134,8 @@ def stdout_objects(events: Iterable[Event | Recorded]) -> list[dict[str, Any]]:
         e = item.event if isinstance(item, Recorded) else item
         if isinstance(e, LineIngested) and e.source == "stdout" and e.encoding == "utf-8":
             try:
-                obj = json.loads(e.raw)
+                # JSON.parse's reading (a NaN / Infinity literal is not JSON), as the seed's.
+                obj = js_parse(e.raw)
             except ValueError:
                 continue
             if isinstance(obj, dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from typing import Any, Literal
 import msgspec
 
 from arenad.errors import ArenadError
+from arenad.js import js_parse
 from arenad.runs import cgroups
 from arenad.runs.commands import run
 from arenad.runs.groups import SpawnError
@@ -57,7 +59,9 @@ def parse_verdict(
 ) -> JudgeVerdictRecorded:
     """The event for a verdict document; ``VerdictError`` if it is not one."""
     try:
-        doc = json.loads(text)
+        # As JSON.parse reads it: a NaN or Infinity literal is not JSON (finding 9: one was
+        # accepted, and a NaN score became a null reward labelled as a judge's).
+        doc = js_parse(text)
     except ValueError as exc:
         raise VerdictError(f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -68,6 +72,8 @@ def parse_verdict(
     score: Any = doc.get("score", doc.get("composite"))
     if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
         raise VerdictError("'score' must be a number or null")
+    if score is not None and not math.isfinite(score):
+        raise VerdictError("'score' must be a finite number (or null)")
     judge = doc.get("judge", default_judge)
     if not isinstance(judge, str) or not judge:
         raise VerdictError("'judge' must be a non-empty string")

@@ -20,6 +20,7 @@ from arenad.app.submit import submit_campaign
 from arenad.errors import UserError
 from arenad.home import Home
 from events.control import CampaignSubmitted
+from tests.conftest import make_repo
 from tests.daemon.support import read_all
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +38,25 @@ def campaign_text(name: str, rows: str, extra: str = "", arms: str = "") -> str:
 
 
 def write_rows(path: Path, n: int, *, statement: str = "fix {i}") -> Path:
+    """``n`` rows of instances whose base is the one commit of ``./repo`` beside ``path``
+    (submit checks the source holds each base commit)."""
+    repo = path.parent / "repo"
+    base = (
+        make_repo(repo, {"a.txt": "a\n"})
+        if not repo.exists()
+        else subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     path.write_text(
         "".join(
             json.dumps(
                 {
                     "instance_id": f"org__p-{i}",
-                    "base_commit": f"{i:040x}",
+                    "base_commit": base,
                     "problem_statement": statement.format(i=i),
                     "test_file": f"tests/test_{i}.py",
                 }

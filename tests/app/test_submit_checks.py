@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,23 @@ from tests.daemon.support import cli, command_campaign
 
 def _campaign(tmp_path: Path, extra: str, file: str = "c.toml") -> Path:
     repo = tmp_path / "repo"
-    base = make_repo(repo, {"a.txt": "a\n"}) if not repo.exists() else "0" * 40
+    base = (
+        make_repo(repo, {"a.txt": "a\n"})
+        if not repo.exists()
+        else subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     return command_campaign(
-        tmp_path / file, name=file[:-5], repo=repo, base=base, argv=["true"], extra=extra
+        tmp_path / file,
+        name=file[:-5],
+        repo=repo,
+        base=base,
+        argv=["/bin/true"],
+        extra=extra,
     )
 
 
@@ -85,3 +101,76 @@ def test_a_campaign_needing_a_network_namespace_is_refused_where_none_can_be_mad
         asyncio.run(app.submit_campaign(home, _campaign(tmp_path, "")))
     host = _campaign(tmp_path, '[sandbox]\nnetwork = "host"', "host.toml")
     asyncio.run(app.submit_campaign(home, host))
+
+
+def test_a_missing_source_or_base_commit_is_refused(tmp_path: Path) -> None:
+    """Finding 6: `source = "./rpo"` (missing) was accepted, then every cell failed
+    `clone-fail`; a base commit the source does not hold fails every checkout."""
+    camp = _campaign(tmp_path, "")
+    text = camp.read_text().replace(str(tmp_path / "repo"), str(tmp_path / "rpo"))
+    missing = tmp_path / "missing.toml"
+    missing.write_text(text.replace('name = "c"', 'name = "missing"'))
+    err = _refused(tmp_path / "home", missing)
+    assert f"[materializer] source: {tmp_path / 'rpo'} does not exist (instance i1)" in err
+    no_commit = command_campaign(
+        tmp_path / "nc.toml",
+        name="nc",
+        repo=tmp_path / "repo",
+        base="1" * 40,
+        argv=["true"],
+        instances=("i1", "i2"),
+    )
+    out = cli(tmp_path / "home", "submit", str(no_commit))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines == [
+        f"arenad: {no_commit}: instance i1: base_commit {'1' * 40}"
+        f" is not in {tmp_path / 'repo'};"
+        " nothing was appended"
+    ]
+    assert cli(tmp_path / "home", "events", "--json").stdout == ""
+
+
+def test_an_agent_the_sandbox_would_not_show_is_refused(tmp_path: Path) -> None:
+    """Finding 6: an agent outside the shared paths, or a virtualenv's script, failed each
+    cell at launch; now submit says so, and sharing the venv (its `bin` and base interpreter
+    follow) is accepted."""
+    netns_ok = netns.problem() is None
+    venv = tmp_path / "tools" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    agent = venv / "bin" / "agent"
+    agent.write_text(f"#!{venv / 'bin' / 'python'}\nprint('hi')\n")
+    agent.chmod(0o755)
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    hidden = command_campaign(
+        tmp_path / "hidden.toml", name="hidden", repo=repo, base=base, argv=[str(agent)]
+    )
+    err = _refused(tmp_path / "home", hidden)
+    assert "[[arms]] CMD: the agent's executable" in err and "is not visible inside" in err
+    shared = command_campaign(
+        tmp_path / "shared.toml",
+        name="shared",
+        repo=repo,
+        base=base,
+        argv=[str(agent)],
+        extra=f'[sandbox]\nread_only = ["{venv}"]' + ("" if netns_ok else '\nnetwork = "host"'),
+    )
+    ok = cli(tmp_path / "home", "submit", str(shared))
+    assert ok.returncode == 0, ok.stderr
+    # An agent inside the arenad home is never shown to a cell.
+    inside = tmp_path / "home" / "tools"
+    inside.mkdir()
+    (inside / "agent").write_text("#!/bin/sh\nexit 0\n")
+    (inside / "agent").chmod(0o755)
+    in_home = command_campaign(
+        tmp_path / "inhome.toml",
+        name="inhome",
+        repo=repo,
+        base=base,
+        argv=[str(inside / "agent")],
+        extra=f'[sandbox]\nread_only = ["{inside}"]',
+    )
+    out = cli(tmp_path / "home", "submit", str(in_home))
+    assert out.returncode == 2, out
+    assert "is inside the arenad home" in out.stderr

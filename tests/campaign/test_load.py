@@ -21,6 +21,7 @@ from events.specs import (
     SoloArm,
     SupervisorArm,
 )
+from tests.conftest import make_repo
 from tests.swebench_support import local_swebench  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -234,7 +235,9 @@ def test_submit_appends_nothing_on_error_and_nothing_twice(tmp_path: Path) -> No
     assert len(bad.stderr.strip().splitlines()) == 1
     assert arenad(home, "events", "--json").stdout == ""
 
-    good = write(tmp_path, GOOD)
+    # Submit checks the source holds the base commit: a real one here.
+    base = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    good = write(tmp_path, GOOD.replace('base_commit = "abc"', f'base_commit = "{base}"'))
     first = arenad(home, "submit", str(good))
     assert first.returncode == 0, first.stderr
     assert "2 cell(s) submitted" in first.stdout
@@ -244,7 +247,13 @@ def test_submit_appends_nothing_on_error_and_nothing_twice(tmp_path: Path) -> No
     assert again.returncode == 0 and "0 cell(s) submitted, 2 already known" in again.stdout
     assert len(arenad(home, "events", "--json").stdout.splitlines()) == count
 
-    changed = write(tmp_path, GOOD.replace('model = "p/m"', 'model = "p/other"'), "changed.toml")
+    changed = write(
+        tmp_path,
+        GOOD.replace('model = "p/m"', 'model = "p/other"').replace(
+            'base_commit = "abc"', f'base_commit = "{base}"'
+        ),
+        "changed.toml",
+    )
     refused = arenad(home, "submit", str(changed))
     assert refused.returncode == 2 and "different spec" in refused.stderr
     assert len(arenad(home, "events", "--json").stdout.splitlines()) == count

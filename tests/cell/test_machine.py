@@ -60,7 +60,9 @@ EXPECTED_SIDE: dict[str, frozenset[CellStatus]] = {
     "run.output-capped": RUN_ENDED,
     "cell.judge-verdict": frozenset({S.VERIFIED, S.RECOVERED}),
     "cell.patch-captured": frozenset({S.VERIFIED}),
-    "cell.verify-log-captured": frozenset({S.VERIFIED}),
+    # ``arenad reverify`` (issue 29): a new verdict on a recovered attempt, its log's end.
+    "cell.verify-log-captured": frozenset({S.VERIFIED, S.RECOVERED}),
+    "cell.reverified": frozenset({S.RECOVERED}),
     # An interrupted run's spend (issue 29): only after an interruption (see below).
     "cell.recovered": frozenset({S.ABORTED}),
 }

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -65,11 +66,19 @@ def _campaign(tmp_path: Path) -> Path:
         argv=["bash", "-c", "true"],
         instances=("i1", "i2", "i3"),
     )
-    # A cell whose checkout fails: the daemon logs a warning while the line is up.
+    # A cell whose checkout fails: the daemon logs a warning while the line is up. Its
+    # source is there at submit (which checks it) and gone by the time it runs.
+    gone = tmp_path / "gone"
     bad = command_campaign(
-        tmp_path / "bad.toml", name="bad", repo=repo, base="0" * 40, argv=["true"]
+        tmp_path / "bad.toml",
+        name="bad",
+        repo=gone,
+        base=make_repo(gone, {"a.txt": "a\n"}),
+        argv=["true"],
     )
-    return submitted(home, camp, bad)
+    submitted(home, camp, bad)
+    shutil.rmtree(gone)
+    return home
 
 
 def _on_a_terminal(home: Path, *args: str) -> tuple[int, str]:

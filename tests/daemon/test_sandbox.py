@@ -32,7 +32,13 @@ PRINT_PWD = "import os; open('pwd.txt', 'w').write(os.environ.get('PWD', '<none>
 
 
 def _run(
-    tmp_path: Path, argv: list[str], *, extra: str = "", verify_cmd: str = "true", **kw: object
+    tmp_path: Path,
+    argv: list[str],
+    *,
+    extra: str = "",
+    verify_cmd: str = "true",
+    path: str | None = None,
+    **kw: object,
 ) -> tuple[Path, list[Event]]:
     home = tmp_path / "home"
     repo = tmp_path / "repo"
@@ -50,6 +56,8 @@ def _run(
     submitted(home, camp)
     # The daemon's own PWD names another directory: no child may inherit it.
     env = {**os.environ, "PWD": "/", "OLDPWD": "/usr"}
+    if path is not None:
+        env["PATH"] = path
     daemon = start_daemon(home, "--until-idle", env=env, stderr=tmp_path / "daemon.err")
     assert daemon.wait(timeout=120) == 0, (tmp_path / "daemon.err").read_text()[-3000:]
     return home, [r.event for r in read_all(home) if r.stream == "cell/sb:i1:CMD:0"]
@@ -104,7 +112,9 @@ def test_an_agent_the_sandbox_hides_fails_at_launch_saying_how_to_share_it(
     agent = tools / "agent.sh"
     agent.write_text("#!/bin/sh\necho ran > ran.txt\n")
     agent.chmod(0o755)
-    home, events = _run(tmp_path, [str(agent)])
+    # By its name on the daemon's PATH (submit, with another PATH, checks an agent it
+    # finds: tests/app/test_submit_checks.py); the launch checks it again with the daemon's.
+    home, events = _run(tmp_path, ["agent.sh"], path=f"{tools}{os.pathsep}{os.environ['PATH']}")
     failed = _one(events, ev.CellFailed)
     assert failed.stage == "launch" and failed.retryable is False  # type: ignore[attr-defined]
     assert "not visible inside the sandbox" in failed.error  # type: ignore[attr-defined]

@@ -63,3 +63,38 @@ def test_sentinel_secret_never_written(tmp_path: Path) -> None:
             scanned += 1
     assert scanned > 5
     assert (home / "arenad.db").exists()
+
+
+def test_the_auth_bootstrap_runs_without_secrets(tmp_path: Path) -> None:
+    """Finding 9: without `[secrets]` the bootstrap was skipped, so a user's `opencode auth`
+    login never reached opencode in the cell's private HOME. The reference always prepends
+    it: the agent gets OPENCODE_AUTH_CONTENT (checked by hash; never written by arenad)."""
+    home = tmp_path / "home"
+    auth = tmp_path / "auth.json"
+    content = '{"p":{"type":"api","key":"' + SENTINEL + '"}}'
+    auth.write_text(content)
+    repo = tmp_path / "repo"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    check = f'[ "$(printf %s "$OPENCODE_AUTH_CONTENT" | sha256sum | cut -c1-64)" = {digest} ]'
+    camp = command_campaign(
+        tmp_path / "auth.toml",
+        name="auth",
+        repo=repo,
+        base=base,
+        argv=["bash", "-c", check + " && echo changed >> a.txt"],
+        uses_model=True,
+    )
+    env = {**os.environ, "SWE_ARENA_OPENCODE_AUTH_FILE": str(auth)}
+    assert cli(home, "init").returncode == 0
+    assert cli(home, "submit", str(camp), env=env).returncode == 0
+    err = tmp_path / "daemon.err"
+    daemon = start_daemon(home, "--until-idle", env=env, stderr=err)
+    assert daemon.wait(timeout=60) == 0
+    events = [r.event for r in read_all(home) if r.stream == "cell/auth:i1:CMD:0"]
+    completed = next(e for e in events if isinstance(e, ev.RunCompleted))
+    assert completed.rc == 0  # the bootstrap handed the agent the auth file's content
+    needle = SENTINEL.encode()
+    for path in home.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert needle not in path.read_bytes(), f"the auth content leaked into {path}"

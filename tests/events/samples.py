@@ -100,6 +100,23 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         verify_pass=True,
         verify_log="1 passed",
     ),
+    cell.CellReverified: lambda a: cell.CellReverified(
+        attempt=a,
+        scored=True,
+        patch_path="/h/patches/bug-1.solo.patch",
+        patch_lines=14,
+        patch_sha256="cd" * 32,
+        verify_rc=1,
+        verify_pass=False,
+        verify_log="/h/run/verify.reverify-1.log",
+        verify_in="checkout",
+        patch_applied=True,
+        verify_cmd="pytest -q",
+        reason="verify script fixed",
+        previous_seq=7,
+        previous_pass=True,
+        previous_rc=0,
+    ),
     cell.CellRecovered: lambda a: cell.CellRecovered(
         attempt=a,
         store_path="/h/run/opencode.db",
@@ -251,6 +268,13 @@ _FACTORIES: dict[type[Event], Callable[[int], Event]] = {
         arm_kinds={"SOLO": "solo"},
     ),
     control.BudgetSet: lambda a: control.BudgetSet(max_usd=75.0),
+    control.BreakerTripped: lambda a: control.BreakerTripped(
+        cause="clone-fail",
+        failures=5,
+        last_error="clone-fail: no such repository",
+        cells=["c:i:A:0"],
+        paused=15,
+    ),
     control.BudgetReached: lambda a: control.BudgetReached(
         max_usd=50.0, spent_usd=50.25, unknown_attempts=1, running=2
     ),

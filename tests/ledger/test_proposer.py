@@ -372,3 +372,37 @@ def test_a_cell_filter_leaves_proposer_lines_out(arena: Arena, tmp_path: Path) -
         "gapLines": 1,
         "rewardLabeled": 1,
     }
+
+
+def test_the_reward_divides_by_the_baselines_instance_count() -> None:
+    """The reference: ``resolvedCount / manifest.instances.length`` — the baseline manifest's
+    instances, not the candidate campaign's (issue 29, finding 9)."""
+    from arenad.ledger.project import CellResolution
+    from arenad.ledger.proposer import CandidateTally
+    from events.specs import CandidateSpec
+
+    def cell(campaign: str, g: int, c: int, iid: str, status: str) -> CellResolution:
+        return CellResolution(
+            campaign=campaign,
+            candidate=CandidateSpec(id=campaign, generation=g, index=c),
+            instance_id=iid,
+            rep=0,
+            status=status,  # type: ignore[arg-type]
+            judge=None,
+            profile_commit=None,
+        )
+
+    tally = CandidateTally()
+    for n in range(4):
+        tally.add(cell("baseline", -1, -1, f"i{n}", "unresolved"))
+    # The candidate ran on two of the baseline's four instances and resolved both.
+    tally.add(cell("gen0-cand0", 0, 0, "i0", "resolved"))
+    tally.add(cell("gen0-cand0", 0, 0, "i1", "resolved"))
+    out = tally.outcome(0, 0)
+    assert out is not None and (out.resolved_count, out.instance_count) == (2, 4)
+    assert out.reward == 0.5
+    # Without a baseline, its own instances.
+    alone = CandidateTally()
+    alone.add(cell("gen0-cand0", 0, 0, "i0", "resolved"))
+    own = alone.outcome(0, 0)
+    assert own is not None and own.reward == 1.0

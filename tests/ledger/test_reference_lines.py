@@ -488,12 +488,13 @@ def test_the_supervisor_line_and_its_workers_field_by_field(tmp_path: Path) -> N
             **identity,
             "role": "supervisor",
             "task": task,
-            # harness pi-loops; resolvedModel (the driver model) split at "/";
+            # harness pi-loops; resolvedModel split at "/": the reference's is the cell's
+            # worker model (issue 29, finding 9), never the driver's;
             # profile_commit = artifact.commit (the loops checkout's HEAD).
             "policy": {
                 "harness": "pi-loops",
                 "harness_version": None,
-                "model": "driver",
+                "model": "worker",
                 "provider": "local",
                 "profile_commit": "feed" * 10,
                 "sampling": None,

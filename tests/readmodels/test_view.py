@@ -11,9 +11,22 @@ from arenad.home import Home, open_store
 from arenad.readmodels.view import CellsView, FoldedCellsView, SqliteCellsView
 from arenad.store.base import EventStore
 from arenad.store.memory import InMemoryEventStore
-from events.cell import CellFailed, CellPaused, CellRetried, CellSubmitted
+from events.base import Event
+from events.cell import (
+    CellFailed,
+    CellMaterialized,
+    CellPaused,
+    CellRecovered,
+    CellRetried,
+    CellSubmitted,
+    CellVerified,
+    RunCompleted,
+    RunStarted,
+    SpendFigures,
+    SupervisorOutcome,
+)
 from events.streams import cell_stream
-from tests.events.samples import make_spec
+from tests.events.samples import make_spec, sample
 
 
 async def _fill(store: EventStore) -> None:
@@ -38,6 +51,31 @@ async def _fill(store: EventStore) -> None:
         ],
     )
     await store.append(cell_stream(make_spec(instance_id="i2", rep=1).cell_id), 1, [CellPaused()])
+
+
+async def _fill_supervisor(store: EventStore) -> None:
+    # A recovered supervisor cell: its two costs, each under its name (finding 9).
+    sup = make_spec(instance_id="i9", arm="SUP", supervisor=True)
+    events: list[Event] = [
+        CellSubmitted(spec=sup),
+        *(sample(k) for k in (CellMaterialized, RunStarted, RunCompleted)),
+        SupervisorOutcome(
+            attempt=1,
+            sup_run_dir=None,
+            status="done",
+            verdict="delivered",
+            delivered=True,
+            spent_tokens=9,
+            spent_usd=0.02,
+        ),
+        sample(CellVerified),
+        CellRecovered(
+            attempt=1,
+            store_available=True,
+            spend=SpendFigures(sessions=2, cost_usd=0.0934, cache_read=100, cache_write=5),
+        ),
+    ]
+    await store.append(cell_stream(sup.cell_id), 0, events)
 
 
 @pytest.fixture(params=["sqlite", "folded-sqlite", "folded-memory"])
@@ -119,3 +157,28 @@ async def test_a_held_campaign_still_lists_its_started_cells(tmp_path: Path, fol
         held = await view.runnable(hold_campaigns=["demo"])
         assert held == [(specs[2].cell_id, "demo")]  # running: its runner must go on
         assert len(await view.runnable()) == 3
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "folded-sqlite", "folded-memory"])
+async def test_rows_name_cache_tokens_and_a_supervisors_two_costs(
+    kind: str, tmp_path: Path
+) -> None:
+    """status --json: cache tokens, and a supervisor cell's cost of record (the driver's
+    whole-tree receipt, as the report and the cap count it) beside its workers' sessions."""
+    if kind == "folded-memory":
+        memory = InMemoryEventStore()
+        await _fill(memory)
+        await _fill_supervisor(memory)
+        rows = {r["instance_id"]: r for r in await FoldedCellsView(memory).rows()}
+    else:
+        async with open_store(Home(tmp_path), create=True) as store:
+            await _fill(store)
+            await _fill_supervisor(store)
+            found = SqliteCellsView(store) if kind == "sqlite" else FoldedCellsView(store)
+            rows = {r["instance_id"]: r for r in await found.rows()}
+    sup = rows["i9"]
+    assert (sup["cache_read"], sup["cache_write"]) == (100, 5)
+    assert (sup["driver_usd"], sup["workers_usd"], sup["cost_usd"]) == (0.02, 0.0934, 0.0934)
+    solo = rows["i0"]
+    assert (solo["cache_read"], solo["cache_write"]) == (None, None)
+    assert "driver_usd" not in solo

@@ -141,3 +141,10 @@ def test_spend_from_a_real_store_agrees_across_store_versions(tmp_path: Path, ol
     assert session_spend(tree[0]) == Spend(0.75, 810, 44, 7, 200, 3, source)
     assert tree_spend(tree, "root") == Spend(1.25, 815, 49, 7, 200, 3, source)
     assert sup_spend(workers[0], ["/clone"]) == SupSpend(["/clone"], 2, 815, 56, 871)
+
+
+def test_sup_spend_without_worker_cwds_is_zero_as_the_reference() -> None:
+    """The reference's recoverSupSpend: no worker cwds → zeros, the store never opened
+    (issue 29, finding 9); so an unavailable store does not make them unknown."""
+    assert sup_spend(None, []) == SupSpend([], 0, 0, 0, 0)
+    assert sup_spend([], []) == SupSpend([], 0, 0, 0, 0)

@@ -107,3 +107,25 @@ def test_parse_text_like_the_seed() -> None:
     assert usage.steps == 2 and usage.tokens_in == 30 and usage.max_ctx == 23
     assert usage.oc_cost == 0.75 and usage.total_io == 34
     assert parse_oc_usage("\n".join(lines).encode()) == usage
+
+
+def test_a_nan_or_infinity_literal_in_the_stream_is_not_json() -> None:
+    """The opencode stream as JSON.parse reads it (finding 9): a line with a NaN or Infinity
+    literal is dropped, even when the ingest kept it as text (a command arm's
+    ``output = "text"``)."""
+    from arenad.recovery.usage import stdout_objects
+    from events.ingest import LineIngested
+
+    def line(raw: str, offset: int) -> LineIngested:
+        return LineIngested(source="stdout", path="oc.jsonl", offset=offset, length=1, raw=raw)
+
+    good = '{"type":"step_finish","part":{"cost":0.5}}'
+    lines = [
+        line('{"type":"step_finish","part":{"cost":NaN}}', 0),
+        line('{"type":"step_finish","part":{"cost":Infinity}}', 1),
+        line(good, 2),
+    ]
+    assert stdout_objects(lines) == [json.loads(good)]
+    assert parse_oc_usage('{"type":"step_finish","part":{"cost":NaN}}\n' + good) == (
+        parse_oc_usage(good)
+    )

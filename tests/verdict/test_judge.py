@@ -85,3 +85,19 @@ async def test_a_failed_judge_is_a_verdict_without_a_reward(
     doc = json.loads(event.verdict_json)
     assert doc["error"].startswith(error)
     assert event.attempts == 1 and event.wall_s is not None  # it ran, and took that long
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"resolved": true, "score": NaN}',
+        '{"resolved": true, "score": Infinity}',
+        '{"resolved": true, "score": -Infinity}',
+        '{"resolved": true, "score": 1e400}',
+    ],
+)
+def test_a_non_finite_score_is_not_a_verdict(text: str) -> None:
+    """JSON.parse refuses NaN / Infinity literals; a score past the double range is not a
+    finite number either (finding 9: a NaN score gave a null reward labelled as the judge's)."""
+    with pytest.raises(VerdictError):
+        parse_verdict(text, attempt=1)
