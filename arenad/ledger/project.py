@@ -48,6 +48,11 @@ the event that recorded it:
   ``judge_wall_s`` from the verdict event, else the verdict document's ``attempts`` /
   ``wallS``; ``cached`` false (arenad serves no result from a cache: every line is an
   attempt that ran).
+- An agent line of an attempt with model gateway records (source ``gateway``) carries
+  ``steps`` (one per call) and, in ``cost``, the gateway's own sums beside the agent
+  store's: ``llm_call_count``, ``gateway`` (usd, token buckets, calls answered / refused /
+  failed) and ``mismatch``, the fields where both are known and differ beyond rounding
+  (``[]`` when they agree). Neither source overrides the other.
 - ``captured_at`` = the recorded time of the attempt's ``CellRecovered`` (else its
   ``CellFailed``); ``capture`` = ``settle-time``.
 """
@@ -414,7 +419,8 @@ def _agent_line(
     metrics.update(_run_metrics(a, n))
     metrics["sessions"] = len(sessions)
     rid = rollout_id(run_id, cell_id, n, "agent", root_id)
-    return rollout_line(
+    calls = _gateway_calls(a)
+    line = rollout_line(
         _head(run_id, rid, None, spec, candidate, "agent"),
         _task(spec),
         Policy(
@@ -432,8 +438,10 @@ def _agent_line(
             transcript_ref=f"opencode:{root_id}" if root_id is not None else None,
         ),
         Provenance(captured_at=captured_at, gap=gap),
-        _gateway_steps(a),
+        _gateway_steps(calls),
     )
+    _reconcile(line, calls)
+    return line
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -448,11 +456,10 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
-def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
-    """One step per model call the gateway recorded for the attempt (None: no records),
-    with the token IDs and chosen-token logprobs when the upstream returned them. Only the
-    declared step keys; a malformed field is left out, never guessed."""
-    steps: list[dict[str, Any]] = []
+def _gateway_calls(a: _Attempt) -> list[dict[str, Any]]:
+    """The gateway's records of the attempt's model calls, in log order (unreadable lines
+    left out: the ingest already labeled them)."""
+    calls: list[dict[str, Any]] = []
     for rec in a.ingested or []:
         e = rec.event
         if not (isinstance(e, LineIngested) and e.source == "gateway" and e.kind == "gateway.call"):
@@ -461,16 +468,27 @@ def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
             call = json.loads(e.raw)
         except (ValueError, RecursionError):
             continue
-        if not isinstance(call, dict):
-            continue
+        if isinstance(call, dict):
+            calls.append(call)
+    return calls
+
+
+def _answered(call: dict[str, Any]) -> bool:
+    status = _object(call.get("upstream")).get("status")
+    return not call.get("refused") and isinstance(status, int) and status < 400
+
+
+def _gateway_steps(calls: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """One step per model call the gateway recorded for the attempt (None: no records),
+    with the token IDs and chosen-token logprobs when the upstream returned them. Only the
+    declared step keys; a malformed field is left out, never guessed."""
+    steps: list[dict[str, Any]] = []
+    for call in calls:
         request = _object(call.get("request"))
-        upstream = _object(call.get("upstream"))
-        status = upstream.get("status")
-        ok = not call.get("refused") and isinstance(status, int) and status < 400
         step: dict[str, Any] = {
             "kind": "llm",
             "name": request.get("model") if isinstance(request.get("model"), str) else "model",
-            "status": "ok" if ok else "error",
+            "status": "ok" if _answered(call) else "error",
             "llm_call_count": 1,
         }
         latency = number_or_none(call.get("latency_ms"))
@@ -490,6 +508,80 @@ def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
                 step["logprobs"] = finite
         steps.append(step)
     return steps or None
+
+
+# The gateway's usage bucket for each token field of the line's ``cost``.
+_GATEWAY_TOKENS = (
+    ("tokens_in", "input"),
+    ("tokens_out", "output"),
+    ("tokens_reasoning", "reasoning"),
+    ("cache_read", "cache_read"),
+    ("cache_write", "cache_write"),
+)
+# Two costs closer than this agree: both are float sums of the same prices over the same
+# tokens, so only their rounding can differ (a micro-dollar is far above it, far below a cent).
+USD_TOLERANCE = 1e-6
+
+
+def _finite(v: object) -> Number | None:
+    n = number_or_none(v)
+    return n if n is not None and math.isfinite(n) and n >= 0 else None
+
+
+def _gateway_figures(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The attempt's spend as the gateway recorded it, beside the agent store's ``cost``.
+    A call refused at a cap or failed upstream spent nothing; an answered call without
+    usage (or without a price) makes the sum unknown (null), never a smaller number."""
+    sums: dict[str, Number | None] = {"usd": 0.0, **{k: 0 for k, _ in _GATEWAY_TOKENS}}
+    answered = refused = 0
+    for call in calls:
+        if call.get("refused"):
+            refused += 1
+            continue
+        if not _answered(call):
+            continue
+        answered += 1
+        usage = call.get("usage")
+        for key, bucket in _GATEWAY_TOKENS:
+            v = _finite(usage.get(bucket)) if isinstance(usage, dict) else None
+            total = sums[key]
+            sums[key] = None if v is None or total is None else total + v
+        usd, total_usd = _finite(call.get("cost_usd")), sums["usd"]
+        sums["usd"] = None if usd is None or total_usd is None else total_usd + usd
+    return {
+        **sums,
+        "calls": len(calls),
+        "answered": answered,
+        "refused": refused,
+        "failed": len(calls) - answered - refused,
+    }
+
+
+def _mismatch(cost: dict[str, Any], gateway: dict[str, Any]) -> list[str]:
+    """The fields where the agent store and the gateway disagree beyond rounding (both
+    known). A field only one side knows is not a disagreement: both figures are on the line."""
+    out: list[str] = []
+    for key in ("usd", *(k for k, _ in _GATEWAY_TOKENS)):
+        mine, theirs = cost.get(key), gateway.get(key)
+        if mine is None or theirs is None:
+            continue
+        tolerance = USD_TOLERANCE if key == "usd" else 0
+        if abs(mine - theirs) > tolerance:
+            out.append(key)
+    return out
+
+
+def _reconcile(line: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """Put the gateway's figures beside the agent store's in the line's ``cost`` (keys the
+    schema leaves open): ``llm_call_count``, ``gateway`` and ``mismatch``, the fields that
+    disagree ([] when they agree). A line without gateway records is left as it was."""
+    if not calls:
+        return
+    cost: dict[str, Any] = line["cost"]
+    gateway = _gateway_figures(calls)
+    cost["llm_call_count"] = len(calls)
+    cost["gateway"] = gateway
+    cost["mismatch"] = _mismatch(cost, gateway)
 
 
 def _judge_figures(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Any, Any]:

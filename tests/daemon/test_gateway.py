@@ -203,6 +203,11 @@ def test_every_call_recorded_once_and_the_key_stays_out_of_the_cell(
     ]
     assert all(s["completion_token_ids"] and s["prompt_token_ids"] for s in steps)
     assert [s["logprobs"] for s in steps] == [[e["logprob"] for e in c["logprobs"]] for c in calls]
+    # The line's cost carries the gateway's sums beside the store's, and they agree.
+    cost = line["cost"]
+    assert (cost["gateway"]["tokens_in"], cost["gateway"]["cache_read"]) == (sums[0], sums[3])
+    assert cost["tokens_in"] == row[0] and cost["llm_call_count"] == 2
+    assert cost["mismatch"] == []
 
     # From inside the cell: its env, config and command line hold the attempt's token only,
     # and the grants are out of its sight.
