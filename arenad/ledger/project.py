@@ -59,7 +59,6 @@ the event that recorded it:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
@@ -69,6 +68,7 @@ import msgspec
 
 from arenad.cell import supervisor_figures as figures
 from arenad.chat import has_messages, join_messages
+from arenad.gateway.reconcile import answered, gateway_calls, gateway_figures, mismatch
 from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
 from arenad.ledger.lines import (
@@ -97,7 +97,6 @@ from arenad.recovery.opencode_transcript import (
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
-from events.ingest import LineIngested
 from events.specs import CandidateSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
 __all__ = [
@@ -419,7 +418,7 @@ def _agent_line(
     metrics.update(_run_metrics(a, n))
     metrics["sessions"] = len(sessions)
     rid = rollout_id(run_id, cell_id, n, "agent", root_id)
-    calls = _gateway_calls(a)
+    calls = gateway_calls(a.ingested or [])
     line = rollout_line(
         _head(run_id, rid, None, spec, candidate, "agent"),
         _task(spec),
@@ -456,28 +455,6 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
-def _gateway_calls(a: _Attempt) -> list[dict[str, Any]]:
-    """The gateway's records of the attempt's model calls, in log order (unreadable lines
-    left out: the ingest already labeled them)."""
-    calls: list[dict[str, Any]] = []
-    for rec in a.ingested or []:
-        e = rec.event
-        if not (isinstance(e, LineIngested) and e.source == "gateway" and e.kind == "gateway.call"):
-            continue
-        try:
-            call = json.loads(e.raw)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(call, dict):
-            calls.append(call)
-    return calls
-
-
-def _answered(call: dict[str, Any]) -> bool:
-    status = _object(call.get("upstream")).get("status")
-    return not call.get("refused") and isinstance(status, int) and status < 400
-
-
 def _gateway_steps(calls: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """One step per model call the gateway recorded for the attempt (None: no records),
     with the token IDs and chosen-token logprobs when the upstream returned them. Only the
@@ -488,7 +465,7 @@ def _gateway_steps(calls: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         step: dict[str, Any] = {
             "kind": "llm",
             "name": request.get("model") if isinstance(request.get("model"), str) else "model",
-            "status": "ok" if _answered(call) else "error",
+            "status": "ok" if answered(call) else "error",
             "llm_call_count": 1,
         }
         latency = number_or_none(call.get("latency_ms"))
@@ -510,67 +487,6 @@ def _gateway_steps(calls: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return steps or None
 
 
-# The gateway's usage bucket for each token field of the line's ``cost``.
-_GATEWAY_TOKENS = (
-    ("tokens_in", "input"),
-    ("tokens_out", "output"),
-    ("tokens_reasoning", "reasoning"),
-    ("cache_read", "cache_read"),
-    ("cache_write", "cache_write"),
-)
-# Two costs closer than this agree: both are float sums of the same prices over the same
-# tokens, so only their rounding can differ (a micro-dollar is far above it, far below a cent).
-USD_TOLERANCE = 1e-6
-
-
-def _finite(v: object) -> Number | None:
-    n = number_or_none(v)
-    return n if n is not None and math.isfinite(n) and n >= 0 else None
-
-
-def _gateway_figures(calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The attempt's spend as the gateway recorded it, beside the agent store's ``cost``.
-    A call refused at a cap or failed upstream spent nothing; an answered call without
-    usage (or without a price) makes the sum unknown (null), never a smaller number."""
-    sums: dict[str, Number | None] = {"usd": 0.0, **{k: 0 for k, _ in _GATEWAY_TOKENS}}
-    answered = refused = 0
-    for call in calls:
-        if call.get("refused"):
-            refused += 1
-            continue
-        if not _answered(call):
-            continue
-        answered += 1
-        usage = call.get("usage")
-        for key, bucket in _GATEWAY_TOKENS:
-            v = _finite(usage.get(bucket)) if isinstance(usage, dict) else None
-            total = sums[key]
-            sums[key] = None if v is None or total is None else total + v
-        usd, total_usd = _finite(call.get("cost_usd")), sums["usd"]
-        sums["usd"] = None if usd is None or total_usd is None else total_usd + usd
-    return {
-        **sums,
-        "calls": len(calls),
-        "answered": answered,
-        "refused": refused,
-        "failed": len(calls) - answered - refused,
-    }
-
-
-def _mismatch(cost: dict[str, Any], gateway: dict[str, Any]) -> list[str]:
-    """The fields where the agent store and the gateway disagree beyond rounding (both
-    known). A field only one side knows is not a disagreement: both figures are on the line."""
-    out: list[str] = []
-    for key in ("usd", *(k for k, _ in _GATEWAY_TOKENS)):
-        mine, theirs = cost.get(key), gateway.get(key)
-        if mine is None or theirs is None:
-            continue
-        tolerance = USD_TOLERANCE if key == "usd" else 0
-        if abs(mine - theirs) > tolerance:
-            out.append(key)
-    return out
-
-
 def _reconcile(line: dict[str, Any], calls: list[dict[str, Any]]) -> None:
     """Put the gateway's figures beside the agent store's in the line's ``cost`` (keys the
     schema leaves open): ``llm_call_count``, ``gateway`` and ``mismatch``, the fields that
@@ -578,10 +494,10 @@ def _reconcile(line: dict[str, Any], calls: list[dict[str, Any]]) -> None:
     if not calls:
         return
     cost: dict[str, Any] = line["cost"]
-    gateway = _gateway_figures(calls)
+    gateway = gateway_figures(calls)
     cost["llm_call_count"] = len(calls)
     cost["gateway"] = gateway
-    cost["mismatch"] = _mismatch(cost, gateway)
+    cost["mismatch"] = mismatch(cost, gateway)
 
 
 def _judge_figures(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Any, Any]:
