@@ -269,6 +269,14 @@ def test_a_cells_max_usd_stops_the_agent_at_the_next_call(
     assert not any(
         isinstance(e, ev.CellFailed) and e.classification == "infrastructure" for e in events
     )
+    # The attempt ends with its own outcome, from the gateway's record (not the agent's words).
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert not verified.scored
+    assert verified.not_scored_reason is not None
+    assert verified.not_scored_reason.startswith(
+        "budget: the attempt's max_usd 0.003 is reached"
+    ), verified.not_scored_reason
+    assert verified.not_scored_reason.endswith("at the gateway")
 
 
 def test_a_daemon_killed_mid_stream_loses_and_duplicates_no_call(
