@@ -150,3 +150,18 @@ def gateway_cause(calls: Iterable[Any]) -> InfraCause | None:
         if cause is None:
             return None
     return InfraCause(cause=_line(cause)) if cause is not None else None
+
+
+def budget_stop(calls: Iterable[Any]) -> str | None:
+    """Why the attempt was stopped at a spend cap, from the gateway's record of the first
+    call it refused (``refused = "budget"``; the agent cannot write these records, so its
+    own words never decide it): ``budget: <the gateway's reason>``. None when no call was
+    refused at a cap."""
+    for call in calls:
+        if not isinstance(call, dict) or call.get("type") != "gateway.call":
+            continue
+        if call.get("refused") == "budget":
+            reason = call.get("reason")
+            said = reason if isinstance(reason, str) and reason else "a spend cap is reached"
+            return _line(f"budget: {said} at the gateway")
+    return None

@@ -46,6 +46,8 @@ from arenad.arms import (
     before_start_step,
     prepare_step,
 )
+from arenad.arms.base import stream_objects
+from arenad.arms.evidence import budget_stop
 from arenad.cell.machine import SHUTDOWN_REASON, CellState, CellStatus, apply
 from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
@@ -685,6 +687,13 @@ class CellRunner:
         spec = state.spec
         site = await self._site(state)
         outcome = self.arm.outcome(state)
+        if spec.gateway.kind == "gateway":
+            # A run stopped at a spend cap is the campaign's budget, not the agent's exit:
+            # its own outcome, from the gateway's record of the refused call.
+            ingested = await self._ingested(state.attempt)()
+            stopped = budget_stop(stream_objects(ingested, "gateway"))
+            if stopped is not None:
+                outcome = Outcome(scored=False, not_scored_reason=stopped)
         patch_path = self.config.home.patch_path(
             spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
         )

@@ -48,13 +48,17 @@ the event that recorded it:
   ``judge_wall_s`` from the verdict event, else the verdict document's ``attempts`` /
   ``wallS``; ``cached`` false (arenad serves no result from a cache: every line is an
   attempt that ran).
+- An agent line of an attempt with model gateway records (source ``gateway``) carries
+  ``steps`` (one per call) and, in ``cost``, the gateway's own sums beside the agent
+  store's: ``llm_call_count``, ``gateway`` (usd, token buckets, calls answered / refused /
+  failed) and ``mismatch``, the fields where both are known and differ beyond rounding
+  (``[]`` when they agree). Neither source overrides the other.
 - ``captured_at`` = the recorded time of the attempt's ``CellRecovered`` (else its
   ``CellFailed``); ``capture`` = ``settle-time``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
@@ -64,6 +68,7 @@ import msgspec
 
 from arenad.cell import supervisor_figures as figures
 from arenad.chat import has_messages, join_messages
+from arenad.gateway.reconcile import answered, gateway_calls, gateway_figures, mismatch
 from arenad.js import iso_ms, js_parse, js_round
 from arenad.ledger.candidate import cell_candidate
 from arenad.ledger.lines import (
@@ -92,7 +97,6 @@ from arenad.recovery.opencode_transcript import (
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
-from events.ingest import LineIngested
 from events.specs import CandidateSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
 
 __all__ = [
@@ -414,7 +418,8 @@ def _agent_line(
     metrics.update(_run_metrics(a, n))
     metrics["sessions"] = len(sessions)
     rid = rollout_id(run_id, cell_id, n, "agent", root_id)
-    return rollout_line(
+    calls = gateway_calls(a.ingested or [])
+    line = rollout_line(
         _head(run_id, rid, None, spec, candidate, "agent"),
         _task(spec),
         Policy(
@@ -432,8 +437,10 @@ def _agent_line(
             transcript_ref=f"opencode:{root_id}" if root_id is not None else None,
         ),
         Provenance(captured_at=captured_at, gap=gap),
-        _gateway_steps(a),
+        _gateway_steps(calls),
     )
+    _reconcile(line, calls)
+    return line
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -448,29 +455,17 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
-def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
+def _gateway_steps(calls: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """One step per model call the gateway recorded for the attempt (None: no records),
     with the token IDs and chosen-token logprobs when the upstream returned them. Only the
     declared step keys; a malformed field is left out, never guessed."""
     steps: list[dict[str, Any]] = []
-    for rec in a.ingested or []:
-        e = rec.event
-        if not (isinstance(e, LineIngested) and e.source == "gateway" and e.kind == "gateway.call"):
-            continue
-        try:
-            call = json.loads(e.raw)
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(call, dict):
-            continue
+    for call in calls:
         request = _object(call.get("request"))
-        upstream = _object(call.get("upstream"))
-        status = upstream.get("status")
-        ok = not call.get("refused") and isinstance(status, int) and status < 400
         step: dict[str, Any] = {
             "kind": "llm",
             "name": request.get("model") if isinstance(request.get("model"), str) else "model",
-            "status": "ok" if ok else "error",
+            "status": "ok" if answered(call) else "error",
             "llm_call_count": 1,
         }
         latency = number_or_none(call.get("latency_ms"))
@@ -490,6 +485,19 @@ def _gateway_steps(a: _Attempt) -> list[dict[str, Any]] | None:
                 step["logprobs"] = finite
         steps.append(step)
     return steps or None
+
+
+def _reconcile(line: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """Put the gateway's figures beside the agent store's in the line's ``cost`` (keys the
+    schema leaves open): ``llm_call_count``, ``gateway`` and ``mismatch``, the fields that
+    disagree ([] when they agree). A line without gateway records is left as it was."""
+    if not calls:
+        return
+    cost: dict[str, Any] = line["cost"]
+    gateway = gateway_figures(calls)
+    cost["llm_call_count"] = len(calls)
+    cost["gateway"] = gateway
+    cost["mismatch"] = mismatch(cost, gateway)
 
 
 def _judge_figures(verdict: ev.JudgeVerdictRecorded | None) -> tuple[Any, Any]:

@@ -75,14 +75,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost, run_tokens
+from arenad.gateway.reconcile import gateway_calls, gateway_figures, mismatch
 from arenad.report.stats import (
     bootstrap_mean_ci,
     mcnemar_exact,
@@ -133,6 +134,12 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     # When the attempt settled: its CellRecovered, else the CellFailed that ended it;
     # None while it has not.
     settled_at_ms: int | None
+    # The model gateway's records of the run (none: it did not go through the gateway):
+    # how many calls, their cost as the gateway priced them (None: unknown), and the
+    # fields where the gateway and the agent's store disagree beyond rounding.
+    gateway_calls: int = 0
+    gateway_usd: float | None = None
+    mismatch: tuple[str, ...] = ()
 
 
 class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -198,6 +205,12 @@ class ArmReport(msgspec.Struct, frozen=True, kw_only=True):
     self_reported: int = 0
     # Cells whose agent changed excluded paths or runner config (recorded, not graded).
     tampered: int = 0
+    # Spend per source: the runs that went through the model gateway, the gateway's total
+    # for them (None as soon as one is unknown) beside the agent store's ``cost_usd``, and
+    # the runs where the two disagree beyond rounding (``RunFacts.mismatch``).
+    gateway_runs: int = 0
+    gateway_usd: float | None = None
+    mismatch_runs: int = 0
 
 
 class PairReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -291,8 +304,37 @@ def _cost(kind: str, run: _Run) -> float | None:
     return run_cost(kind, run.recovered, run.supervisor)
 
 
-def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
-    """One cell's facts from its ``cell/<id>`` stream (None for an empty stream)."""
+def _agent_figures(recovered: ev.CellRecovered | None) -> dict[str, Any]:
+    if recovered is None:
+        return {}
+    s = recovered.spend
+    return {
+        "usd": s.cost_usd,
+        "tokens_in": s.tokens_in,
+        "tokens_out": s.tokens_out,
+        "tokens_reasoning": s.tokens_reasoning,
+        "cache_read": s.cache_read,
+        "cache_write": s.cache_write,
+    }
+
+
+def _gateway_run(
+    recovered: ev.CellRecovered | None, ingest: Sequence[Recorded]
+) -> tuple[int, float | None, tuple[str, ...]]:
+    calls = gateway_calls(ingest)
+    if not calls:
+        return 0, None, ()
+    figures = gateway_figures(calls)
+    usd = figures["usd"]
+    return len(calls), usd, tuple(mismatch(_agent_figures(recovered), figures))
+
+
+def cell_facts(
+    records: Sequence[Recorded], ingest: Mapping[int, Sequence[Recorded]] | None = None
+) -> CellFacts | None:
+    """One cell's facts from its ``cell/<id>`` stream (None for an empty stream), with
+    ``ingest``: the ``ingest/<id>/<attempt>`` streams of its runs through the model gateway,
+    by attempt (their gateway records; none given: no gateway figures)."""
     ordered = sorted(records, key=lambda r: r.seq)
     state = fold(ordered)
     if state is None:
@@ -317,6 +359,7 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
     assert isinstance(kind, str)
     outcome, scored = _outcome(state)
     verified = state.verified
+    gateway = {n: _gateway_run(run.recovered, (ingest or {}).get(n, ())) for n, run in runs.items()}
     return CellFacts(
         cell_id=state.cell_id,
         campaign=spec.campaign,
@@ -336,6 +379,9 @@ def cell_facts(records: Sequence[Recorded]) -> CellFacts | None:
                 tokens_in=run_tokens(run.recovered)[0],
                 tokens_out=run_tokens(run.recovered)[1],
                 settled_at_ms=run.settled_at_ms,
+                gateway_calls=gateway[n][0],
+                gateway_usd=gateway[n][1],
+                mismatch=gateway[n][2],
             )
             for n, run in sorted(runs.items())
         ),
@@ -376,6 +422,8 @@ def _arm(
     costs = [r.cost_usd for r in runs if r.cost_usd is not None]
     cost_unknown = len(runs) - len(costs)
     cost = math.fsum(costs) if cost_unknown == 0 else None
+    gw_runs = [r for r in runs if r.gateway_calls]
+    gw_usd = [r.gateway_usd for r in gw_runs if r.gateway_usd is not None]
     tok_in = [r.tokens_in for r in runs if r.tokens_in is not None]
     tok_out = [r.tokens_out for r in runs if r.tokens_out is not None]
     tok_unknown = sum(r.tokens_in is None or r.tokens_out is None for r in runs)
@@ -404,6 +452,9 @@ def _arm(
         cost_unknown_runs=cost_unknown,
         mean_cost_usd=_ratio(cost, len(runs)),
         cost_per_resolved=_ratio(cost, tally.resolved),
+        gateway_runs=len(gw_runs),
+        gateway_usd=math.fsum(gw_usd) if gw_runs and len(gw_usd) == len(gw_runs) else None,
+        mismatch_runs=sum(bool(r.mismatch) for r in gw_runs),
         tokens_in=sum(tok_in) if tok_unknown == 0 else None,
         tokens_out=sum(tok_out) if tok_unknown == 0 else None,
         tokens_in_known=sum(tok_in),

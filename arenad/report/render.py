@@ -144,7 +144,7 @@ def _spend(arms: Sequence[ArmReport]) -> Grid:
     head: tuple[str, ...] = ("arm", "runs", "cost", "mean per run", "per resolved")
     head += ("tokens in", "tokens out")
     head += ("wall median", "wall p90")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             a.arm,
             str(a.runs),
@@ -158,6 +158,14 @@ def _spend(arms: Sequence[ArmReport]) -> Grid:
         )
         for a in arms
     ]
+    if any(a.gateway_runs for a in arms):
+        # Spend per source: the gateway's own figure beside the agent store's, and where
+        # the two disagree (a run counted there is named in its ledger line's cost.mismatch).
+        head += ("gateway runs", "gateway cost", "sources disagree")
+        rows = [
+            (*row, str(a.gateway_runs), _usd(a.gateway_usd), f"{a.mismatch_runs} runs")
+            for row, a in zip(rows, arms, strict=True)
+        ]
     return Grid("Spend (a run = an attempt that started the agent)", head, rows, 1)
 
 

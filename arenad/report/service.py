@@ -17,8 +17,10 @@ from arenad.home import Home, open_store
 from arenad.report.project import CellFacts, Report, build_report, cell_facts, pool_conflicts
 from arenad.report.render import html_page, terminal
 from arenad.store.base import EventStore
+from events import cell as ev
+from events.base import Recorded
 from events.streams import CELL as CELL_PREFIX
-from events.streams import cell_of
+from events.streams import cell_of, ingest_stream
 
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
 
@@ -47,12 +49,29 @@ async def report_store(
         chosen = sorted({_campaign_of(s) for s in streams})
     facts: list[CellFacts] = []
     for stream in streams:
-        one = cell_facts(await store.read_stream(stream))
+        records = await store.read_stream(stream)
+        one = cell_facts(records, await _gateway_ingest(store, records))
         if one is not None:
             facts.append(one)
     if pool and (conflicts := pool_conflicts(facts)):
         raise UserError(f"--pool refused: {conflicts[0]} (report them apart, without --pool)")
     return build_report(facts, chosen, pool=pool)
+
+
+async def _gateway_ingest(
+    store: EventStore, records: Sequence[Recorded]
+) -> dict[int, Sequence[Recorded]]:
+    """The ingest streams of a cell's runs, by attempt, when its model calls went through
+    the gateway (they hold its records of the calls); none read for any other cell."""
+    spec = next((r.event.spec for r in records if isinstance(r.event, ev.CellSubmitted)), None)
+    if spec is None or spec.gateway.kind != "gateway":
+        return {}
+    out: dict[int, Sequence[Recorded]] = {}
+    for r in records:
+        if isinstance(r.event, ev.RunStarted):
+            n = r.event.attempt
+            out[n] = await store.read_stream(ingest_stream(spec.cell_id, n))
+    return out
 
 
 def write_html(path: Path, page: bytes) -> None:

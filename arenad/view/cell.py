@@ -21,6 +21,7 @@ import msgspec
 
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost
+from arenad.gateway.reconcile import gateway_calls, gateway_figures, mismatch
 from arenad.recovery.opencode_transcript import (
     MAX_NESTING,
     ChatMessage,
@@ -54,6 +55,8 @@ __all__ = [
 TEXT_SHOWN = 20_000
 EXCERPT_SHOWN = 100_000
 LINES_SHOWN = 500
+# Model calls listed per attempt (the sums count them all).
+CALLS_SHOWN = 500
 LINE_SHOWN = 2_000
 SUMMARY_SHOWN = 160
 
@@ -124,6 +127,28 @@ class IngestedLine(msgspec.Struct, frozen=True, kw_only=True):
     malformed: str | None
 
 
+class CallView(msgspec.Struct, frozen=True, kw_only=True):
+    """One model call as the gateway recorded it (the agent's words are not in it)."""
+
+    model: str
+    # "200", "429", "timeout", "refused: budget"...
+    status: str
+    tokens_in: int | float | None
+    tokens_out: int | float | None
+    cost_usd: int | float | None
+    latency_ms: int | float | None
+
+
+class GatewayView(msgspec.Struct, frozen=True, kw_only=True):
+    """The attempt's calls through the model gateway (the first ``CALLS_SHOWN``), its sums
+    (``arenad.gateway.reconcile``) and the fields where they disagree with the agent's
+    store beyond rounding."""
+
+    calls: list[CallView]
+    figures: dict[str, Any]
+    mismatch: list[str]
+
+
 class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
     number: int
     started: ev.RunStarted | None
@@ -148,6 +173,8 @@ class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
     gaps: list[str]
     lines: list[IngestedLine]
     lines_total: int
+    # None: no call of the attempt went through the model gateway.
+    gateway: GatewayView | None = None
 
 
 class CellView(msgspec.Struct, frozen=True, kw_only=True):
@@ -330,6 +357,33 @@ def _session(c: cap.AgentSessionCaptured) -> SessionView:
 # --------------------------------------------------------------------------- ingested lines
 
 
+def _number(v: object) -> int | float | None:
+    return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _call(call: dict[str, Any]) -> CallView:
+    request = call.get("request")
+    model = request.get("model") if isinstance(request, dict) else None
+    upstream = call.get("upstream")
+    upstream = upstream if isinstance(upstream, dict) else {}
+    if call.get("refused"):
+        status = f"refused: {call['refused']}"
+    elif upstream.get("status") is not None:
+        status = str(upstream["status"])
+    else:
+        status = str(upstream.get("error") or "-")
+    usage = call.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return CallView(
+        model=model if isinstance(model, str) else "-",
+        status=status,
+        tokens_in=_number(usage.get("input")),
+        tokens_out=_number(usage.get("output")),
+        cost_usd=_number(call.get("cost_usd")),
+        latency_ms=_number(call.get("latency_ms")),
+    )
+
+
 def _line(r: Recorded, e: ing.LineIngested | ing.LineMalformed) -> IngestedLine:
     text, binary = _decoded(e.raw, e.encoding)
     text, shortened = _shorten(text, LINE_SHOWN)
@@ -369,6 +423,7 @@ class _Attempt:
         self.gaps: list[str] = []
         self.lines: list[IngestedLine] = []
         self.lines_total = 0
+        self.ingested: list[Recorded] = []
 
     def on_cell(self, e: object) -> None:
         match e:
@@ -411,6 +466,8 @@ class _Attempt:
         if not isinstance(e, ing.LineIngested | ing.LineMalformed):
             return False
         self.lines_total += 1
+        if isinstance(e, ing.LineIngested) and e.source == "gateway":
+            self.ingested.append(r)
         if len(self.lines) < LINES_SHOWN:
             self.lines.append(_line(r, e))
         return True
@@ -438,6 +495,31 @@ class _Attempt:
             gaps=self.gaps,
             lines=self.lines,
             lines_total=self.lines_total,
+            gateway=self._gateway(),
+        )
+
+    def _gateway(self) -> GatewayView | None:
+        calls = gateway_calls(self.ingested)
+        if not calls:
+            return None
+        figures = gateway_figures(calls)
+        s = self.recovered.spend if self.recovered is not None else None
+        agent = (
+            {
+                "usd": s.cost_usd,
+                "tokens_in": s.tokens_in,
+                "tokens_out": s.tokens_out,
+                "tokens_reasoning": s.tokens_reasoning,
+                "cache_read": s.cache_read,
+                "cache_write": s.cache_write,
+            }
+            if s is not None
+            else {}
+        )
+        return GatewayView(
+            calls=[_call(c) for c in calls[:CALLS_SHOWN]],
+            figures=figures,
+            mismatch=mismatch(agent, figures),
         )
 
 

@@ -97,3 +97,17 @@ def test_gateway_records_every_call_failed_upstream_is_the_infrastructures() -> 
     # No calls, or lines that are not gateway records: no evidence.
     assert gateway_cause([]) is None
     assert gateway_cause([{"type": "error", "upstream": {"status": 500}}]) is None
+
+
+def test_a_run_stopped_at_a_spend_cap_is_named_from_the_gateways_record() -> None:
+    from arenad.arms.evidence import budget_stop
+
+    why = "the attempt's max_usd 0.5 is reached (spent 0.510000)"
+    calls = [_call(200), _call(None, refused="budget", reason=why), _call(None, refused="budget")]
+    assert budget_stop(calls) == f"budget: {why} at the gateway"
+    assert budget_stop([_call(200), _call(429, "upstream 429")]) is None
+    # Only a call record counts (the gateway's journal line, type gateway.call).
+    assert budget_stop([{"type": "error", "refused": "budget", "reason": why}]) is None
+    assert budget_stop([_call(None, refused="budget")]) == (
+        "budget: a spend cap is reached at the gateway"
+    )

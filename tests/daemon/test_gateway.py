@@ -203,6 +203,11 @@ def test_every_call_recorded_once_and_the_key_stays_out_of_the_cell(
     ]
     assert all(s["completion_token_ids"] and s["prompt_token_ids"] for s in steps)
     assert [s["logprobs"] for s in steps] == [[e["logprob"] for e in c["logprobs"]] for c in calls]
+    # The line's cost carries the gateway's sums beside the store's, and they agree.
+    cost = line["cost"]
+    assert (cost["gateway"]["tokens_in"], cost["gateway"]["cache_read"]) == (sums[0], sums[3])
+    assert cost["tokens_in"] == row[0] and cost["llm_call_count"] == 2
+    assert cost["mismatch"] == []
 
     # From inside the cell: its env, config and command line hold the attempt's token only,
     # and the grants are out of its sight.
@@ -264,6 +269,14 @@ def test_a_cells_max_usd_stops_the_agent_at_the_next_call(
     assert not any(
         isinstance(e, ev.CellFailed) and e.classification == "infrastructure" for e in events
     )
+    # The attempt ends with its own outcome, from the gateway's record (not the agent's words).
+    verified = next(e for e in events if isinstance(e, ev.CellVerified))
+    assert not verified.scored
+    assert verified.not_scored_reason is not None
+    assert verified.not_scored_reason.startswith(
+        "budget: the attempt's max_usd 0.003 is reached"
+    ), verified.not_scored_reason
+    assert verified.not_scored_reason.endswith("at the gateway")
 
 
 def test_a_daemon_killed_mid_stream_loses_and_duplicates_no_call(

@@ -162,3 +162,52 @@ def test_a_session_too_deep_to_write_is_shown_as_unreadable_not_a_failed_page(
         f"a tool part nested more than {MAX_NESTING} deep (none shown)"
     )
     assert "none shown" in cell_page(view)
+
+
+def test_the_calls_through_the_gateway_are_listed_with_where_the_sources_disagree(
+    home: Path,
+) -> None:
+    records = asyncio.run(_records(home, XSS_CELL))
+    stream = "ingest/" + XSS_CELL + "/1"
+    calls = [
+        {
+            "request": {"model": "<b>fixer</b>"},
+            "upstream": {"status": 200},
+            "usage": {"input": 120, "output": 9},
+            "cost_usd": 0.5,
+            "latency_ms": 41.5,
+        },
+        {"request": {"model": "fixer"}, "upstream": {"status": 429}, "latency_ms": 3},
+        {"request": {"model": "fixer"}, "refused": "budget", "upstream": {}},
+    ]
+    extra = [
+        _rec(
+            2000 + i,
+            stream,
+            ing.LineIngested(
+                source="gateway",
+                path="calls.jsonl",
+                offset=i * 100,
+                length=1,
+                raw=json.dumps(c),
+                kind="gateway.call",
+            ),
+        )
+        for i, c in enumerate(calls)
+    ]
+    view = cell_view(records + extra)
+    assert view is not None
+    (a,) = view.attempts
+    assert a.gateway is not None
+    assert [c.status for c in a.gateway.calls] == ["200", "429", "refused: budget"]
+    assert (a.gateway.figures["answered"], a.gateway.figures["usd"]) == (1, 0.5)
+    # The store's figures of this cell are not the gateway's: named, both kept.
+    assert "usd" in a.gateway.mismatch
+    page = cell_page(view)
+    assert "Model calls (recorded by the gateway)" in page
+    assert "&lt;b&gt;fixer&lt;/b&gt;" in page and "<b>fixer" not in page
+    assert "disagree on: usd" in page
+    # A cell without gateway records has no such section.
+    plain = cell_view(records)
+    assert plain is not None and plain.attempts[0].gateway is None
+    assert "Model calls" not in cell_page(plain)
