@@ -77,11 +77,11 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from typing import Literal
 
 import msgspec
 
 from arenad.cell.machine import CellState, fold
+from arenad.cell.outcome import DECIDED, Outcome, outcome_of
 from arenad.cell.spend import run_cost, run_tokens
 from arenad.report.stats import (
     bootstrap_mean_ci,
@@ -115,11 +115,6 @@ _spec_encoder = msgspec.json.Encoder(order="deterministic")
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0x5EED_A2E4AD
-
-Outcome = Literal[
-    "resolved", "unresolved", "infra_failed", "operator_failed", "interrupted", "pending"
-]
-DECIDED: frozenset[str] = frozenset({"resolved", "unresolved"})
 
 
 class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -258,28 +253,7 @@ class _Run:
 
 
 def _outcome(state: CellState) -> tuple[Outcome, bool]:
-    if state.interrupted is not None:
-        # Before the interruption was recorded as such, such a run was verified (unscored):
-        # it is still not the agent's result.
-        return "interrupted", False
-    verified = state.verified
-    if verified is not None:
-        if not verified.scored:
-            return "unresolved", False
-        verdict = state.verdict
-        if verdict is not None and verdict.resolved is not None:
-            return ("resolved" if verdict.resolved else "unresolved"), True
-        return ("resolved" if verified.verify_pass is True else "unresolved"), True
-    failed = state.failed
-    if failed is not None:
-        match failed.classification:
-            case "infrastructure":
-                return "infra_failed", False
-            case "operator":
-                return "operator_failed", False
-            case "agent":
-                return "unresolved", False
-    return "pending", False
+    return outcome_of(state)
 
 
 def cell_outcome(state: CellState) -> Outcome:
