@@ -1,5 +1,5 @@
-"""The report's I/O edge: open the store, read the selected campaigns' cell streams one
-cell at a time, fold them (``arenad.report.project``), and write the HTML page."""
+"""The report's I/O edge: open the store, read the selected campaigns' cell streams a
+batch of cells at a time, fold them (``arenad.report.project``), and write the HTML page."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from events.streams import CELL as CELL_PREFIX
 from events.streams import cell_of
 
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
+
+
+BATCH = 2000
 
 
 def _campaign_of(stream: str) -> str:
@@ -46,10 +49,16 @@ async def report_store(
         streams = await store.streams(CELL_PREFIX)
         chosen = sorted({_campaign_of(s) for s in streams})
     facts: list[CellFacts] = []
-    for stream in streams:
-        one = cell_facts(await store.read_stream(stream))
-        if one is not None:
-            facts.append(one)
+    # A batch of streams per read (one query per 500 in SQLite, in its index order), not a
+    # query per cell: at 100 000 cells those queries were a fifth of the report's time.
+    # Batches bound the memory to BATCH cells' events.
+    for i in range(0, len(streams), BATCH):
+        groups = await store.read_stream_groups(streams[i : i + BATCH])
+        for records in groups.values():
+            one = cell_facts(records)
+            if one is not None:
+                facts.append(one)
+        del groups
     if pool and (conflicts := pool_conflicts(facts)):
         raise UserError(f"--pool refused: {conflicts[0]} (report them apart, without --pool)")
     return build_report(facts, chosen, pool=pool)
