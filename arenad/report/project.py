@@ -62,7 +62,11 @@ Decisions (where the issue is silent):
   keeps the instance, not the rep, as the independent unit. Null when no instance is
   discordant. ``diff`` is the mean over those instances of a's fraction minus b's;
   ``diff_ci95`` the percentile bootstrap over instances (``BOOTSTRAP_RESAMPLES`` draws,
-  seed ``BOOTSTRAP_SEED``).
+  seed ``BOOTSTRAP_SEED``); over more than ``BOOTSTRAP_MAX_INSTANCES`` instances, the
+  normal interval the bootstrap tends to (mean ± 1.96·σ/√n): the bootstrap costs
+  resamples × instances draws in pure Python (100 million, minutes, at 50 000
+  instances), and at that many instances the two agree to well under a rate's last
+  printed digit.
 - **Instances** are grouped by id across the selected campaigns.
 - **Spend over time**: one point per run as it settled (its ``CellRecovered``, else the
   ``CellFailed`` that ended it), the arm's cumulative known cost at that recorded time;
@@ -86,6 +90,7 @@ from arenad.cell.spend import run_cost, run_tokens
 from arenad.report.stats import (
     bootstrap_mean_ci,
     mcnemar_exact,
+    normal_mean_ci,
     pass_at_k,
     quantile,
     wilson,
@@ -115,6 +120,8 @@ _spec_encoder = msgspec.json.Encoder(order="deterministic")
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0x5EED_A2E4AD
+# Past this many paired instances, the normal interval (the module's docstring says why).
+BOOTSTRAP_MAX_INSTANCES = 1000
 
 
 class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -415,7 +422,11 @@ def _pair(a: str, b: str, ma: dict[str, MatrixCell], mb: dict[str, MatrixCell]) 
         ties=len(common) - wins - losses,
         mcnemar_p=mcnemar_exact(wins, losses),
         diff=sum(diffs) / len(diffs) if diffs else None,
-        diff_ci95=bootstrap_mean_ci(diffs, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+        diff_ci95=(
+            bootstrap_mean_ci(diffs, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+            if len(diffs) <= BOOTSTRAP_MAX_INSTANCES
+            else normal_mean_ci(diffs)
+        ),
     )
 
 
