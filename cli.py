@@ -705,8 +705,16 @@ def report(
             help="Count same-named arms of the campaigns together (refused if their specs differ).",
         ),
     ] = False,
+    as_of: Annotated[
+        int | None,
+        typer.Option(
+            "--as-of",
+            metavar="EVENT",
+            help="The report as the log stood after this event (its # in `arenad events`).",
+        ),
+    ] = None,
 ) -> None:
-    result = run(services.report(_ctx.home, campaign or [], html, pool=pool))
+    result = run(services.report(_ctx.home, campaign or [], html, pool=pool, as_of=as_of))
     if json_:
         echo_json(services.report_json(result))
     else:

@@ -238,6 +238,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     # Same-named arms of the campaigns counted together (``--pool``); else each campaign's
     # arms apart.
     pooled: bool = False
+    # The log as it stood after this event (``--as-of``); None: the whole log.
+    as_of_seq: int | None = None
     # How each kind of cell is counted (said once, in the report itself).
     counting: str = ""
     bootstrap_resamples: int

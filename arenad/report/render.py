@@ -206,10 +206,15 @@ def _rich(grid: Grid) -> Table:
     return table
 
 
+def _as_of(report: Report) -> str:
+    return f", as the log stood at event {report.as_of_seq}" if report.as_of_seq else ""
+
+
 def terminal(report: Report) -> RenderableType:
     """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix."""
     names = ", ".join(report.campaigns) or "(none)"
     pooled = " (same-named arms pooled)" if report.pooled else ""
+    pooled += _as_of(report)
     parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}{pooled}"))]
     if not report.arms:
         return Group(*parts, Text("no cells"))
@@ -429,7 +434,8 @@ def html_body(report: Report) -> str:
     names = ", ".join(report.campaigns) or "(none)"
     sections = [
         "<h1>arenad report</h1>",
-        f"<p>Campaigns: {_e(names)}{' (same-named arms pooled)' if report.pooled else ''}."
+        f"<p>Campaigns: {_e(names)}{' (same-named arms pooled)' if report.pooled else ''}"
+        f"{_e(_as_of(report))}."
         " Computed from the event log only.</p>",
     ]
     if not arms:
