@@ -5,7 +5,8 @@
     /campaigns/{name}   a campaign's cells
     /cells/{cell_id}    one cell: attempts (run, verdict, spend, patch, verify log,
                         transcript, ingested lines) and its timeline
-    /report             the report's figures and plots (``?campaign=NAME``, repeatable)
+    /report             the report's figures and plots (``?campaign=NAME``, repeatable;
+                        ``?as_of=EVENT``: as the log stood after that event)
     /report.html        the same report as one self-contained page (``report --html``)
     /static/...         the stylesheet and the overview's small script
 
@@ -230,6 +231,17 @@ class Guard:
 # --------------------------------------------------------------------------- routes
 
 
+def _as_of(request: Request) -> int | None:
+    """``?as_of=EVENT``: the log as it stood after that event (a stable URL for what a
+    page said then); absent: now."""
+    raw = request.query_params.get("as_of")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise HTTPException(400, f"as_of must be an event number, not {raw[:40]!r}")
+    return int(raw)
+
+
 class _Live:
     """What the lifespan opens (before any request is served)."""
 
@@ -330,15 +342,18 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
 
     async def report(request: Request) -> Response:
         campaigns = request.query_params.getlist("campaign")
+        as_of = _as_of(request)
         try:
-            result = await report_store(live.store, campaigns)
+            result = await report_store(live.store, campaigns, as_of=as_of)
         except UserError as exc:
             raise HTTPException(404, str(exc)) from None
-        return HTMLResponse(report_page(result, campaigns))
+        return HTMLResponse(report_page(result, campaigns, as_of))
 
     async def report_file(request: Request) -> Response:
         try:
-            result = await report_store(live.store, request.query_params.getlist("campaign"))
+            result = await report_store(
+                live.store, request.query_params.getlist("campaign"), as_of=_as_of(request)
+            )
         except UserError as exc:
             raise HTTPException(404, str(exc)) from None
         # Exactly the bytes `report --html` writes, under the page's own policy.
