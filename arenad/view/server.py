@@ -8,7 +8,8 @@
     /report             the report's figures and plots (``?campaign=NAME``, repeatable;
                         ``?as_of=EVENT``: as the log stood after that event)
     /report.html        the same report as one self-contained page (``report --html``)
-    /static/...         the stylesheet and the overview's small script
+    /static/...         the stylesheet, the overview's small script, the icon
+    /favicon.ico        the icon (browsers ask for it whatever a page links)
 
 Read-only: no route writes, and the store is only read. One follower task reads what is
 appended (only the events the progress fold needs) and wakes the overview's streams; the
@@ -27,6 +28,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
+from importlib import resources
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
@@ -363,6 +365,11 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             headers={"content-security-policy": HTML_PAGE_CSP},
         )
 
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links; the same icon, not a 404.
+        icon = resources.files("arenad.view").joinpath("static/favicon.svg").read_bytes()
+        return Response(icon, media_type="image/svg+xml")
+
     async def report_css(request: Request) -> Response:
         return Response(html_css(), media_type="text/css; charset=utf-8")
 
@@ -380,6 +387,7 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             Route("/report", report),
             Route("/report.html", report_file),
             Route("/report.css", report_css),
+            Route("/favicon.ico", favicon),
             Mount("/static", StaticFiles(packages=[("arenad.view", "static")]), name="static"),
         ],
         lifespan=lifespan,

@@ -108,6 +108,13 @@ def test_as_of_shows_the_report_as_the_log_stood(client: TestClient, home: Path)
     assert client.get("/report?as_of=99999999").status_code == 404
 
 
+def test_the_icon_is_served_not_a_404(client: TestClient) -> None:
+    r = client.get("/favicon.ico")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+    assert r.content == client.get("/static/favicon.svg").content
+    assert '<link rel="icon" href="/static/favicon.svg"' in client.get("/").text
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1:8686", "localhost", "[::1]:8686", "LOCALHOST:1"])
 def test_a_loopback_bind_serves_local_host_names(client: TestClient, host: str) -> None:
     assert client.get("/", headers={"host": host}).status_code == 200
