@@ -176,7 +176,7 @@ def status(
         )
     )
     if json_:
-        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign")
+        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign", "by_arm")
         doc = {k: result[k] for k in keys}
         echo_json(_json.encode(doc))
     else:
@@ -189,6 +189,7 @@ def status(
                 wide=wide,
                 more=result["more"],
                 by_campaign=result["by_campaign"],
+                by_arm=result["by_arm"],
             )
         )
 

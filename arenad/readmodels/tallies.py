@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from arenad.budget.spend import units
+from arenad.budget.spend import units, usd
 from arenad.cell.machine import CellState
 from arenad.cell.outcome import outcome_of
 from arenad.recovery.bounds import attempt_usd
@@ -169,3 +169,52 @@ def arm_rows(d: Deltas) -> list[tuple[object, ...]]:
 
 def instance_rows(d: Deltas) -> list[tuple[object, ...]]:
     return [(*k, n) for k, n in sorted(d.instances.items()) if n]
+
+
+class ArmOutcomes(msgspec.Struct, frozen=True, kw_only=True):
+    """One campaign's arm, summed over its states: what `status --summary` prints. The
+    resolve rate is resolved / decided (decided = resolved + unresolved: the report's)."""
+
+    campaign: str
+    arm: str
+    cells: int
+    outcomes: dict[str, int]
+    resolved: int
+    decided: int
+    scored: int
+    # The current attempts' recovered cost over the ``costed`` cells that know it.
+    costed: int
+    cost_usd: float
+
+
+def arm_outcomes(t: Tallies) -> list[ArmOutcomes]:
+    """Each (campaign, arm)'s cells by outcome, by campaign then arm."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    outcomes: dict[tuple[str, str], dict[str, int]] = {}
+    for a in t.arms:
+        key = (a.campaign, a.arm)
+        acc = sums.setdefault(key, [0, 0, 0, 0])
+        acc[0] += a.cells
+        acc[1] += a.scored
+        acc[2] += a.costed
+        acc[3] += a.cost_units
+        by = outcomes.setdefault(key, {})
+        by[a.outcome] = by.get(a.outcome, 0) + a.cells
+    out = []
+    for (campaign, arm), (cells, scored, costed, cost_units) in sorted(sums.items()):
+        by = dict(sorted(outcomes[(campaign, arm)].items()))
+        resolved = by.get("resolved", 0)
+        out.append(
+            ArmOutcomes(
+                campaign=campaign,
+                arm=arm,
+                cells=cells,
+                outcomes=by,
+                resolved=resolved,
+                decided=resolved + by.get("unresolved", 0),
+                scored=scored,
+                costed=costed,
+                cost_usd=usd(cost_units),
+            )
+        )
+    return out

@@ -142,3 +142,23 @@ def test_an_arena_tallies_its_outcomes(tmp_path: Path) -> None:
     }
     alpha_cost = sum(a.cost_units for a in t.arms if a.arm == "ALPHA") / 10**12
     assert alpha_cost == 7 * 0.125
+
+
+def test_each_arm_s_outcomes_are_the_report_s(tmp_path: Path) -> None:
+    """`status --summary`'s per-arm line (from the tallies) says what the report says."""
+    from arenad.readmodels.tallies import arm_outcomes
+    from arenad.report.service import report_store
+    from tests.report.arena_log import build_arena
+
+    async def go() -> None:
+        await build_arena(tmp_path)
+        async with open_store(Home(tmp_path)) as store:
+            arms = arm_outcomes(await SqliteCellsView(store).tallies())
+            for name in ("arena", "side"):
+                report = await report_store(store, [name])
+                mine = [a for a in arms if a.campaign == name]
+                assert [(a.arm, a.cells, a.resolved, a.decided, a.scored) for a in mine] == [
+                    (r.arm, r.cells, r.resolved, r.decided, r.scored) for r in report.arms
+                ]
+
+    asyncio.run(go())
