@@ -20,7 +20,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from arenad.report.project import ArmReport, MatrixCell, PairReport, Report, SpendPoint
+from arenad.report.project import (
+    BOOTSTRAP_MAX_INSTANCES,
+    ArmReport,
+    MatrixCell,
+    PairReport,
+    Report,
+    SpendPoint,
+)
 from arenad.terminal import printable
 
 __all__ = ["HTML_PAGE_CSP", "html_body", "html_css", "html_page", "json_bytes", "terminal", "utc"]
@@ -459,7 +466,8 @@ def html_body(report: Report) -> str:
         " with at least k decided reps. Pairs: per-instance resolve fractions; p is the"
         " exact McNemar (sign) test on the discordant instances; the interval is a"
         f" percentile bootstrap over instances ({report.bootstrap_resamples} resamples,"
-        f" seed {report.bootstrap_seed}).</p>",
+        f" seed {report.bootstrap_seed}; past {BOOTSTRAP_MAX_INSTANCES} paired instances,"
+        " the normal interval it tends to).</p>",
     ]
     return "\n".join(sections)
 
