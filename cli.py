@@ -176,7 +176,7 @@ def status(
         )
     )
     if json_:
-        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign")
+        keys = ("counts", "cells", "campaigns", "overdue", "more", "by_campaign", "by_arm")
         doc = {k: result[k] for k in keys}
         echo_json(_json.encode(doc))
     else:
@@ -189,6 +189,7 @@ def status(
                 wide=wide,
                 more=result["more"],
                 by_campaign=result["by_campaign"],
+                by_arm=result["by_arm"],
             )
         )
 
@@ -739,8 +740,16 @@ def report(
             help="Count same-named arms of the campaigns together (refused if their specs differ).",
         ),
     ] = False,
+    as_of: Annotated[
+        int | None,
+        typer.Option(
+            "--as-of",
+            metavar="EVENT",
+            help="The report as the log stood after this event (its # in `arenad events`).",
+        ),
+    ] = None,
 ) -> None:
-    result = run(services.report(_ctx.home, campaign or [], html, pool=pool))
+    result = run(services.report(_ctx.home, campaign or [], html, pool=pool, as_of=as_of))
     if json_:
         echo_json(services.report_json(result))
     else:

@@ -156,7 +156,8 @@ def test_status_on_an_empty_home(tmp_path: Path) -> None:
     as_json = run_arenad(home, "status", "--json")
     assert (as_json.returncode, as_json.stdout, as_json.stderr) == (
         0,
-        '{"counts":{},"cells":[],"campaigns":[],"overdue":[],"more":false,"by_campaign":{}}\n',
+        '{"counts":{},"cells":[],"campaigns":[],"overdue":[],"more":false,"by_campaign":{},'
+        '"by_arm":[]}\n',
         "",
     )
 

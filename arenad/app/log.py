@@ -18,6 +18,7 @@ from arenad.cell.machine import CellStatus
 from arenad.cell.overdue import Overdue, overdue
 from arenad.errors import StoreError, UserError
 from arenad.home import Home, open_store, require_initialized
+from arenad.readmodels.tallies import ArmOutcomes, arm_outcomes
 from arenad.readmodels.view import cells_view
 from arenad.store.anchor import read_anchor, write_anchor
 from arenad.store.chain import GENESIS, ChainReport
@@ -105,12 +106,18 @@ async def status(
         # the log's spend events, which --summary skips (`arenad campaigns` has it).
         figures = [] if summary else await campaign_figures(store, campaign)
         by_campaign: dict[str, dict[str, int]] = {}
+        by_arm: list[ArmOutcomes] = []
         if summary:
             for name, cell_state, count, _ in await cells.campaign_counts():
                 if campaign in (None, name):
                     by_campaign.setdefault(name, {})[cell_state] = count
+            # Each arm's outcomes, from the tallies (a few rows per arm, at any size).
+            by_arm = [
+                a for a in arm_outcomes(await cells.tallies()) if campaign in (None, a.campaign)
+            ]
     return {
         "by_campaign": by_campaign,
+        "by_arm": by_arm,
         "counts": dict(counts),
         "count_list": counts,
         "cells": rows,

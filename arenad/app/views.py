@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from arenad.cell.overdue import Overdue
+from arenad.readmodels.tallies import ArmOutcomes
 from arenad.terminal import json_printable, printable
 from events.base import Recorded
 from events.cell import SandboxView
@@ -141,6 +142,7 @@ def status_table(
     wide: bool = False,
     more: bool = False,
     by_campaign: Mapping[str, Mapping[str, int]] | None = None,
+    by_arm: Sequence[ArmOutcomes] = (),
 ) -> str:
     """``wide``: the reason whole (else cut in its middle); ``more``: rows past the limit
     were left out (said in the last line); ``by_campaign`` (--summary): each campaign's
@@ -150,6 +152,8 @@ def status_table(
     for name, cells in (by_campaign or {}).items():
         by_state = ", ".join(f"{s} {n}" for s, n in sorted(cells.items()))
         out.append(f"campaign {name}: {sum(cells.values())} cell(s): {by_state}")
+        for arm in (a for a in by_arm if a.campaign == name):
+            out.append("  " + arm_line(arm))
     if rows:
         table = [STATUS_COLUMNS]
         for row in rows:
@@ -191,6 +195,17 @@ def status_table(
                 f" (limit {late.limit_s:.0f} s), waiting for {late.waiting_for}"
             )
     return "\n".join(printable(line) for line in out)
+
+
+def arm_line(arm: ArmOutcomes) -> str:
+    """One arm's outcomes in a line: resolved of decided (the rate), then every outcome."""
+    rate = f" ({100 * arm.resolved / arm.decided:.1f} %)" if arm.decided else ""
+    outcomes = ", ".join(f"{o} {n}" for o, n in arm.outcomes.items())
+    cost = f"; ${arm.cost_usd:.4f} over {arm.costed} cell(s) of known cost" if arm.costed else ""
+    return (
+        f"arm {arm.arm}: {arm.cells} cell(s), resolved {arm.resolved} of {arm.decided}"
+        f" decided{rate}, scored {arm.scored}: {outcomes}{cost}"
+    )
 
 
 def submit_lines(result: Any) -> list[str]:

@@ -14,6 +14,7 @@ import msgspec
 from arenad.cell.machine import CellState, apply
 from arenad.cell.spend import run_tokens
 from arenad.errors import IllegalTransition
+from arenad.readmodels import tallies
 from arenad.recovery.bounds import attempt_tokens, attempt_usd
 from events.base import Recorded
 from events.streams import cell_of, is_cell_stream
@@ -185,7 +186,8 @@ def decode_state(blob: bytes) -> CellState:
 
 class CellsProjector:
     name: str = "cells"
-    tables: tuple[str, ...] = ("cells",)
+    # The tallies are kept from the same fold step, so they never disagree with the rows.
+    tables: tuple[str, ...] = ("cells", "arm_tallies", "instance_tallies")
 
     def wants(self, stream: str) -> bool:
         return is_cell_stream(stream)
@@ -201,6 +203,7 @@ class CellsProjector:
                 f"SELECT cell_id, state_json FROM cells WHERE cell_id IN ({marks})", chunk
             ):
                 states[str(cell_id)] = decode_state(blob)
+        before = dict(states)
         last: dict[str, int] = {}
         for r in batch:
             cell_id = cell_of(r.stream)
@@ -217,3 +220,6 @@ class CellsProjector:
             _UPSERT,
             [row_of(s, last[cid]) for cid, s in states.items() if s is not None and cid in last],
         )
+        moved = tallies.deltas(before, states)
+        await db.executemany(tallies.ARM_UPSERT, tallies.arm_rows(moved))
+        await db.executemany(tallies.INSTANCE_UPSERT, tallies.instance_rows(moved))

@@ -15,6 +15,7 @@ from arenad.readmodels.cells import (
     spend_extras,
     status_reason,
 )
+from arenad.readmodels.tallies import ArmTally, InstanceTally, Tallies
 
 _STATUS_COLUMNS = ", ".join(STATUS_COLUMNS)
 # What the reason is made of, read out of the state (no column of its own: no migration).
@@ -30,8 +31,43 @@ _EXTRA_PARTS = ", ".join(f"json_extract({_STATE_TEXT}, '{p}')" for p in EXTRA_PA
 
 
 async def state_counts(db: aiosqlite.Connection) -> list[tuple[str, int]]:
-    rows = await db.execute_fetchall("SELECT state, COUNT(*) FROM cells GROUP BY state ORDER BY 1")
+    # From the tallies (a few rows per campaign and arm), not a scan of every cell.
+    rows = await db.execute_fetchall(
+        "SELECT state, SUM(cells) FROM arm_tallies GROUP BY state HAVING SUM(cells) > 0 ORDER BY 1"
+    )
     return [(str(s), int(n)) for s, n in rows]
+
+
+async def tallies(db: aiosqlite.Connection) -> Tallies:
+    arms = await db.execute_fetchall(
+        "SELECT campaign, arm, state, outcome, cells, paused, scored, costed, cost_units,"
+        " last_update_ms FROM arm_tallies WHERE cells > 0 ORDER BY 1, 2, 3, 4"
+    )
+    instances = await db.execute_fetchall(
+        "SELECT campaign, instance_id, arm, outcome, cells FROM instance_tallies"
+        " WHERE cells > 0 ORDER BY 1, 2, 3, 4"
+    )
+    return Tallies(
+        arms=[
+            ArmTally(
+                campaign=c,
+                arm=a,
+                state=s,
+                outcome=o,
+                cells=n,
+                paused=p,
+                scored=sc,
+                costed=k,
+                cost_units=u,
+                last_update_ms=t,
+            )
+            for c, a, s, o, n, p, sc, k, u, t in arms
+        ],
+        instances=[
+            InstanceTally(campaign=c, instance_id=i, arm=a, outcome=o, cells=n)
+            for c, i, a, o, n in instances
+        ],
+    )
 
 
 async def cell_rows(
@@ -92,9 +128,13 @@ async def cell_states(db: aiosqlite.Connection, cell_ids: Sequence[str]) -> dict
 async def campaign_state_counts(
     db: aiosqlite.Connection,
 ) -> list[tuple[str, str, int, int]]:
+    # The latest update is the campaign's (a max over all its keys, states left included):
+    # a tally's maximum can only grow, and a cell leaving a key moves to a later time.
     rows = await db.execute_fetchall(
-        "SELECT campaign, state, COUNT(*), MAX(updated_at_ms) FROM cells"
-        " GROUP BY campaign, state ORDER BY 1, 2"
+        "SELECT t.campaign, t.state, SUM(t.cells), c.last FROM arm_tallies AS t"
+        " JOIN (SELECT campaign, MAX(last_update_ms) AS last FROM arm_tallies"
+        " GROUP BY campaign) AS c ON c.campaign = t.campaign"
+        " GROUP BY t.campaign, t.state HAVING SUM(t.cells) > 0 ORDER BY 1, 2"
     )
     return [(str(c), str(s), int(n), int(u)) for c, s, n, u in rows]
 

@@ -23,6 +23,7 @@ from arenad.readmodels.cells import (
     state_extras,
     state_reason,
 )
+from arenad.readmodels.tallies import Tallies, tally
 from arenad.store.base import EventStore
 from arenad.store.sqlite import SqliteEventStore
 from events.streams import CELL, cell_stream
@@ -70,15 +71,20 @@ class CellsView(abc.ABC):
                 found[cell_id] = state
         return found
 
+    @abc.abstractmethod
+    async def tallies(self) -> Tallies:
+        """Per campaign × arm × state × outcome and per instance × arm × outcome counts
+        (:mod:`arenad.readmodels.tallies`)."""
+
     async def campaign_counts(self) -> list[tuple[str, str, int, int]]:
-        """(campaign, state, number of cells, their latest update in ms), by campaign then
-        state."""
-        tally: dict[tuple[str, str], tuple[int, int]] = {}
-        for row in await self.rows():
-            key = (str(row["campaign"]), str(row["state"]))
-            n, last = tally.get(key, (0, 0))
-            tally[key] = (n + 1, max(last, int(row["updated_at_ms"])))
-        return [(c, s, n, last) for (c, s), (n, last) in sorted(tally.items())]
+        """(campaign, state, number of cells, the campaign's latest update in ms), by
+        campaign then state."""
+        counts: dict[tuple[str, str], int] = {}
+        last: dict[str, int] = {}
+        for t in (await self.tallies()).arms:
+            counts[(t.campaign, t.state)] = counts.get((t.campaign, t.state), 0) + t.cells
+            last[t.campaign] = max(last.get(t.campaign, 0), t.last_update_ms)
+        return [(c, s, n, last[c]) for (c, s), n in sorted(counts.items())]
 
 
 class SqliteCellsView(CellsView):
@@ -117,6 +123,9 @@ class SqliteCellsView(CellsView):
 
     async def campaign_counts(self) -> list[tuple[str, str, int, int]]:
         return await queries.campaign_state_counts(self._store.connection)
+
+    async def tallies(self) -> Tallies:
+        return await queries.tallies(self._store.connection)
 
 
 class FoldedCellsView(CellsView):
@@ -191,6 +200,19 @@ class FoldedCellsView(CellsView):
 
     async def state(self, cell_id: str) -> CellState | None:
         return fold(await self._store.read_stream(cell_stream(cell_id)))
+
+    async def tallies(self) -> Tallies:
+        # A tally keeps the newest time any event of its cells recorded; a stream's
+        # latest event is its newest unless the clock went back.
+        states = []
+        last: dict[str, int] = {}
+        for stream in await self._store.streams(CELL):
+            records = await self._store.read_stream(stream)
+            state = fold(records)
+            if state is not None:
+                states.append(state)
+                last[state.cell_id] = max(r.recorded_at_ms for r in records)
+        return tally(states, last)
 
 
 def _status_order(s: CellState) -> tuple[str, str, str, int]:

@@ -62,7 +62,11 @@ Decisions (where the issue is silent):
   keeps the instance, not the rep, as the independent unit. Null when no instance is
   discordant. ``diff`` is the mean over those instances of a's fraction minus b's;
   ``diff_ci95`` the percentile bootstrap over instances (``BOOTSTRAP_RESAMPLES`` draws,
-  seed ``BOOTSTRAP_SEED``).
+  seed ``BOOTSTRAP_SEED``); over more than ``BOOTSTRAP_MAX_INSTANCES`` instances, the
+  normal interval the bootstrap tends to (mean ± 1.96·σ/√n): the bootstrap costs
+  resamples × instances draws in pure Python (100 million, minutes, at 50 000
+  instances), and at that many instances the two agree to well under a rate's last
+  printed digit.
 - **Instances** are grouped by id across the selected campaigns.
 - **Spend over time**: one point per run as it settled (its ``CellRecovered``, else the
   ``CellFailed`` that ended it), the arm's cumulative known cost at that recorded time;
@@ -77,16 +81,18 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from arenad.cell.machine import CellState, fold
+from arenad.cell.outcome import DECIDED, Outcome, outcome_of
 from arenad.cell.spend import run_cost, run_tokens
 from arenad.gateway.reconcile import gateway_calls, gateway_figures, mismatch
 from arenad.report.stats import (
     bootstrap_mean_ci,
     mcnemar_exact,
+    normal_mean_ci,
     pass_at_k,
     quantile,
     wilson,
@@ -116,11 +122,8 @@ _spec_encoder = msgspec.json.Encoder(order="deterministic")
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0x5EED_A2E4AD
-
-Outcome = Literal[
-    "resolved", "unresolved", "infra_failed", "operator_failed", "interrupted", "pending"
-]
-DECIDED: frozenset[str] = frozenset({"resolved", "unresolved"})
+# Past this many paired instances, the normal interval (the module's docstring says why).
+BOOTSTRAP_MAX_INSTANCES = 1000
 
 
 class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -249,6 +252,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     # Same-named arms of the campaigns counted together (``--pool``); else each campaign's
     # arms apart.
     pooled: bool = False
+    # The log as it stood after this event (``--as-of``); None: the whole log.
+    as_of_seq: int | None = None
     # How each kind of cell is counted (said once, in the report itself).
     counting: str = ""
     bootstrap_resamples: int
@@ -271,28 +276,7 @@ class _Run:
 
 
 def _outcome(state: CellState) -> tuple[Outcome, bool]:
-    if state.interrupted is not None:
-        # Before the interruption was recorded as such, such a run was verified (unscored):
-        # it is still not the agent's result.
-        return "interrupted", False
-    verified = state.verified
-    if verified is not None:
-        if not verified.scored:
-            return "unresolved", False
-        verdict = state.verdict
-        if verdict is not None and verdict.resolved is not None:
-            return ("resolved" if verdict.resolved else "unresolved"), True
-        return ("resolved" if verified.verify_pass is True else "unresolved"), True
-    failed = state.failed
-    if failed is not None:
-        match failed.classification:
-            case "infrastructure":
-                return "infra_failed", False
-            case "operator":
-                return "operator_failed", False
-            case "agent":
-                return "unresolved", False
-    return "pending", False
+    return outcome_of(state)
 
 
 def cell_outcome(state: CellState) -> Outcome:
@@ -492,7 +476,11 @@ def _pair(a: str, b: str, ma: dict[str, MatrixCell], mb: dict[str, MatrixCell]) 
         ties=len(common) - wins - losses,
         mcnemar_p=mcnemar_exact(wins, losses),
         diff=sum(diffs) / len(diffs) if diffs else None,
-        diff_ci95=bootstrap_mean_ci(diffs, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+        diff_ci95=(
+            bootstrap_mean_ci(diffs, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+            if len(diffs) <= BOOTSTRAP_MAX_INSTANCES
+            else normal_mean_ci(diffs)
+        ),
     )
 
 

@@ -20,7 +20,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from arenad.report.project import ArmReport, MatrixCell, PairReport, Report, SpendPoint
+from arenad.report.project import (
+    BOOTSTRAP_MAX_INSTANCES,
+    ArmReport,
+    MatrixCell,
+    PairReport,
+    Report,
+    SpendPoint,
+)
 from arenad.terminal import printable
 
 __all__ = ["HTML_PAGE_CSP", "html_body", "html_css", "html_page", "json_bytes", "terminal", "utc"]
@@ -214,10 +221,15 @@ def _rich(grid: Grid) -> Table:
     return table
 
 
+def _as_of(report: Report) -> str:
+    return f", as the log stood at event {report.as_of_seq}" if report.as_of_seq else ""
+
+
 def terminal(report: Report) -> RenderableType:
     """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix."""
     names = ", ".join(report.campaigns) or "(none)"
     pooled = " (same-named arms pooled)" if report.pooled else ""
+    pooled += _as_of(report)
     parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}{pooled}"))]
     if not report.arms:
         return Group(*parts, Text("no cells"))
@@ -437,7 +449,8 @@ def html_body(report: Report) -> str:
     names = ", ".join(report.campaigns) or "(none)"
     sections = [
         "<h1>arenad report</h1>",
-        f"<p>Campaigns: {_e(names)}{' (same-named arms pooled)' if report.pooled else ''}."
+        f"<p>Campaigns: {_e(names)}{' (same-named arms pooled)' if report.pooled else ''}"
+        f"{_e(_as_of(report))}."
         " Computed from the event log only.</p>",
     ]
     if not arms:
@@ -461,7 +474,8 @@ def html_body(report: Report) -> str:
         " with at least k decided reps. Pairs: per-instance resolve fractions; p is the"
         " exact McNemar (sign) test on the discordant instances; the interval is a"
         f" percentile bootstrap over instances ({report.bootstrap_resamples} resamples,"
-        f" seed {report.bootstrap_seed}).</p>",
+        f" seed {report.bootstrap_seed}; past {BOOTSTRAP_MAX_INSTANCES} paired instances,"
+        " the normal interval it tends to).</p>",
     ]
     return "\n".join(sections)
 

@@ -1,5 +1,5 @@
-"""The report's I/O edge: open the store, read the selected campaigns' cell streams one
-cell at a time, fold them (``arenad.report.project``), and write the HTML page."""
+"""The report's I/O edge: open the store, read the selected campaigns' cell streams a
+batch of cells at a time, fold them (``arenad.report.project``), and write the HTML page."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 
 from arenad.errors import UserError
@@ -25,16 +26,30 @@ from events.streams import cell_of, ingest_stream
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
 
 
+BATCH = 2000
+
+
 def _campaign_of(stream: str) -> str:
     return cell_of(stream).split(":", 1)[0]
 
 
 async def report_store(
-    store: EventStore, campaigns: Sequence[str] = (), *, pool: bool = False
+    store: EventStore,
+    campaigns: Sequence[str] = (),
+    *,
+    pool: bool = False,
+    as_of: int | None = None,
 ) -> Report:
     """The report over ``campaigns`` (every campaign in the log when empty), each
-    campaign's arms apart unless ``pool``. A named campaign without a cell, or pooling
-    same-named arms whose specs differ, is the user's mistake (UserError), not a report."""
+    campaign's arms apart unless ``pool``; with ``as_of``, of the log as it stood after
+    that event (the same fold over the log's prefix: events after it are not read into
+    any cell, and cells submitted after it are not there). A named campaign without a
+    cell, or pooling same-named arms whose specs differ, is the user's mistake
+    (UserError), not a report."""
+    if as_of is not None:
+        head = await store.last_seq()
+        if not 1 <= as_of <= head:
+            raise UserError(f"--as-of {as_of}: the log's events are numbered 1 to {head}")
     chosen = sorted(set(campaigns))
     streams: list[str] = []
     if chosen:
@@ -48,18 +63,34 @@ async def report_store(
         streams = await store.streams(CELL_PREFIX)
         chosen = sorted({_campaign_of(s) for s in streams})
     facts: list[CellFacts] = []
-    for stream in streams:
-        records = await store.read_stream(stream)
-        one = cell_facts(records, await _gateway_ingest(store, records))
-        if one is not None:
-            facts.append(one)
+    # A batch of streams per read (one query per 500 in SQLite, in its index order), not a
+    # query per cell: at 100 000 cells those queries were a fifth of the report's time.
+    # Batches bound the memory to BATCH cells' events.
+    for i in range(0, len(streams), BATCH):
+        groups = await store.read_stream_groups(streams[i : i + BATCH])
+        for records in groups.values():
+            if as_of is not None:
+                records = [r for r in records if r.seq <= as_of]
+            calls = await _gateway_ingest(store, records, as_of)
+            one = cell_facts(records, calls)
+            if one is not None:
+                facts.append(one)
+        del groups
     if pool and (conflicts := pool_conflicts(facts)):
         raise UserError(f"--pool refused: {conflicts[0]} (report them apart, without --pool)")
-    return build_report(facts, chosen, pool=pool)
+    if as_of is not None:
+        there = {f.campaign for f in facts}
+        if campaigns and not there & set(chosen):
+            raise UserError(f"no cell of {', '.join(chosen)} at event {as_of}")
+        if not campaigns:
+            # Every campaign that had a cell then, not those submitted since.
+            chosen = sorted(there)
+    report = build_report(facts, chosen, pool=pool)
+    return report if as_of is None else msgspec.structs.replace(report, as_of_seq=as_of)
 
 
 async def _gateway_ingest(
-    store: EventStore, records: Sequence[Recorded]
+    store: EventStore, records: Sequence[Recorded], as_of: int | None
 ) -> dict[int, Sequence[Recorded]]:
     """The ingest streams of a cell's runs, by attempt, when its model calls went through
     the gateway (they hold its records of the calls); none read for any other cell."""
@@ -70,7 +101,8 @@ async def _gateway_ingest(
     for r in records:
         if isinstance(r.event, ev.RunStarted):
             n = r.event.attempt
-            out[n] = await store.read_stream(ingest_stream(spec.cell_id, n))
+            ingested = await store.read_stream(ingest_stream(spec.cell_id, n))
+            out[n] = [i for i in ingested if as_of is None or i.seq <= as_of]
     return out
 
 
@@ -94,11 +126,17 @@ def write_html(path: Path, page: bytes) -> None:
 
 
 async def report(
-    home: Home, campaigns: Sequence[str] = (), html: Path | None = None, *, pool: bool = False
+    home: Home,
+    campaigns: Sequence[str] = (),
+    html: Path | None = None,
+    *,
+    pool: bool = False,
+    as_of: int | None = None,
 ) -> Report:
-    """The report of ``home``'s log; with ``html``, also written there as one page."""
+    """The report of ``home``'s log (as it stood after event ``as_of`` if given); with
+    ``html``, also written there as one page."""
     async with open_store(home) as store:
-        result = await report_store(store, campaigns, pool=pool)
+        result = await report_store(store, campaigns, pool=pool, as_of=as_of)
     if html is not None:
         write_html(html, html_page(result))
     return result

@@ -17,6 +17,7 @@ __all__ = [
     "bootstrap_mean_ci",
     "mcnemar_exact",
     "median",
+    "normal_mean_ci",
     "pass_at_k",
     "quantile",
     "wilson",
@@ -170,3 +171,16 @@ def bootstrap_mean_ci(
     lo, hi = quantile(means, tail), quantile(means, 1.0 - tail)
     assert lo is not None and hi is not None
     return lo, hi
+
+
+def normal_mean_ci(values: Sequence[float], *, z: float = Z95) -> tuple[float, float] | None:
+    """The interval the percentile bootstrap of the mean tends to for many values: the mean
+    ± z·σ/√n, σ the values' own (plug-in) standard deviation, which is the spread of a
+    resampled mean. None for no values. O(n), where the bootstrap is O(resamples × n)."""
+    n = len(values)
+    if n == 0:
+        return None
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    half = z * sd / math.sqrt(n)
+    return mean - half, mean + half

@@ -156,8 +156,11 @@ def campaign_page(line: CampaignLine, cells: Sequence[CellLine]) -> str:
 # --------------------------------------------------------------------------- the rest
 
 
-def report_page(report: Report, campaigns: Sequence[str] = ()) -> str:
-    query = "&".join(f"campaign={quote(c, safe='')}" for c in campaigns)
+def report_page(report: Report, campaigns: Sequence[str] = (), as_of: int | None = None) -> str:
+    query = "&".join(
+        [f"campaign={quote(c, safe='')}" for c in campaigns]
+        + ([f"as_of={as_of}"] if as_of is not None else [])
+    )
     return _render(
         "report.html",
         # The report escapes every name itself (tests/report/test_render.py).

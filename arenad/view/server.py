@@ -5,9 +5,11 @@
     /campaigns/{name}   a campaign's cells
     /cells/{cell_id}    one cell: attempts (run, verdict, spend, patch, verify log,
                         transcript, ingested lines) and its timeline
-    /report             the report's figures and plots (``?campaign=NAME``, repeatable)
+    /report             the report's figures and plots (``?campaign=NAME``, repeatable;
+                        ``?as_of=EVENT``: as the log stood after that event)
     /report.html        the same report as one self-contained page (``report --html``)
-    /static/...         the stylesheet and the overview's small script
+    /static/...         the stylesheet, the overview's small script, the icon
+    /favicon.ico        the icon (browsers ask for it whatever a page links)
 
 Read-only: no route writes, and the store is only read. One follower task reads what is
 appended (only the events the progress fold needs) and wakes the overview's streams; the
@@ -26,6 +28,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
+from importlib import resources
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
@@ -230,6 +233,17 @@ class Guard:
 # --------------------------------------------------------------------------- routes
 
 
+def _as_of(request: Request) -> int | None:
+    """``?as_of=EVENT``: the log as it stood after that event (a stable URL for what a
+    page said then); absent: now."""
+    raw = request.query_params.get("as_of")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise HTTPException(400, f"as_of must be an event number, not {raw[:40]!r}")
+    return int(raw)
+
+
 class _Live:
     """What the lifespan opens (before any request is served)."""
 
@@ -330,15 +344,18 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
 
     async def report(request: Request) -> Response:
         campaigns = request.query_params.getlist("campaign")
+        as_of = _as_of(request)
         try:
-            result = await report_store(live.store, campaigns)
+            result = await report_store(live.store, campaigns, as_of=as_of)
         except UserError as exc:
             raise HTTPException(404, str(exc)) from None
-        return HTMLResponse(report_page(result, campaigns))
+        return HTMLResponse(report_page(result, campaigns, as_of))
 
     async def report_file(request: Request) -> Response:
         try:
-            result = await report_store(live.store, request.query_params.getlist("campaign"))
+            result = await report_store(
+                live.store, request.query_params.getlist("campaign"), as_of=_as_of(request)
+            )
         except UserError as exc:
             raise HTTPException(404, str(exc)) from None
         # Exactly the bytes `report --html` writes, under the page's own policy.
@@ -347,6 +364,11 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             media_type="text/html; charset=utf-8",
             headers={"content-security-policy": HTML_PAGE_CSP},
         )
+
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links; the same icon, not a 404.
+        icon = resources.files("arenad.view").joinpath("static/favicon.svg").read_bytes()
+        return Response(icon, media_type="image/svg+xml")
 
     async def report_css(request: Request) -> Response:
         return Response(html_css(), media_type="text/css; charset=utf-8")
@@ -365,6 +387,7 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             Route("/report", report),
             Route("/report.html", report_file),
             Route("/report.css", report_css),
+            Route("/favicon.ico", favicon),
             Mount("/static", StaticFiles(packages=[("arenad.view", "static")]), name="static"),
         ],
         lifespan=lifespan,

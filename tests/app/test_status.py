@@ -82,10 +82,16 @@ def test_state_limit_and_summary(tmp_path: Path) -> None:
     summary = asyncio.run(status(home, summary=True))
     assert summary["cells"] == [] and summary["counts"] == {"failed": 3, "submitted": 5}
     assert summary["campaigns"] == []  # no spend fold: fast at any size
-    text = status_table(summary["count_list"], [], by_campaign=summary["by_campaign"])
+    text = status_table(
+        summary["count_list"],
+        [],
+        by_campaign=summary["by_campaign"],
+        by_arm=summary["by_arm"],
+    )
     assert text.splitlines() == [
         "states: failed 3, submitted 5",
         "campaign demo: 8 cell(s): failed 3, submitted 5",
+        "  arm SOLO: 8 cell(s), resolved 0 of 0 decided, scored 0: infra_failed 3, pending 5",
     ]
     table = status_table(first["count_list"], first["cells"], more=True)
     assert table.splitlines()[-1] == "... more cells not shown (the first 2; raise --limit)"

@@ -109,3 +109,18 @@ def test_the_report_agrees_with_status_on_a_real_demo(demo_run: DemoRun) -> None
     )
     instances = {row["instance_id"] for row in status}
     assert arm["instances"] == len(instances) and len(report["instances"]) == len(instances)
+
+
+def test_as_of_shows_an_earlier_count_and_says_so(home: Path) -> None:
+    now = json.loads(arenad(home, "report", "--json").stdout)
+    then = json.loads(arenad(home, "report", "--json", "--as-of", "20").stdout)
+    assert then["as_of_seq"] == 20 and now["as_of_seq"] is None
+    cells = sum(a["cells"] for a in then["arms"])
+    assert 0 < cells < sum(a["cells"] for a in now["arms"])
+    assert "as the log stood at event 20" in arenad(home, "report", "--as-of", "20").stdout
+
+
+def test_as_of_past_the_log_is_exit_2_in_one_line(home: Path) -> None:
+    done = arenad(home, "report", "--as-of", "99999", code=2)
+    assert done.stderr.strip().count("\n") == 0 and "--as-of 99999" in done.stderr
+    assert "Traceback" not in done.stderr

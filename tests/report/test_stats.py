@@ -14,6 +14,7 @@ from arenad.report.stats import (
     bootstrap_mean_ci,
     mcnemar_exact,
     median,
+    normal_mean_ci,
     pass_at_k,
     quantile,
     wilson,
@@ -130,3 +131,18 @@ def test_bootstrap_interval_approaches_the_normal_one() -> None:
     half = Z95 * math.sqrt(0.25 / 200)
     assert lo == pytest.approx(0.5 - half, abs=0.01)
     assert hi == pytest.approx(0.5 + half, abs=0.01)
+    # What the report gives past BOOTSTRAP_MAX_INSTANCES: that interval, computed.
+    assert normal_mean_ci(values) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
+    assert normal_mean_ci([0.25] * 3) == (0.25, 0.25)
+    assert normal_mean_ci([]) is None
+
+
+def test_the_normal_interval_stands_in_for_the_bootstrap_at_many_instances() -> None:
+    # Resolve fractions' differences in {-1, -0.5, 0, 0.5, 1}, skewed, over 1000 instances.
+    values = [
+        (-1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 1.0)[(i * 7) % 7 if i % 3 else i % 7] for i in range(1000)
+    ]
+    boot = bootstrap_mean_ci(values, resamples=2000, seed=11)
+    normal = normal_mean_ci(values)
+    assert boot is not None and normal is not None
+    assert boot == pytest.approx(normal, abs=0.005)

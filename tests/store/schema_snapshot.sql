@@ -1,3 +1,18 @@
+-- table arm_tallies
+CREATE TABLE arm_tallies (
+campaign TEXT NOT NULL,
+arm TEXT NOT NULL,
+state TEXT NOT NULL,
+outcome TEXT NOT NULL,
+cells INTEGER NOT NULL,
+paused INTEGER NOT NULL,
+scored INTEGER NOT NULL,
+costed INTEGER NOT NULL,
+cost_units INTEGER NOT NULL,
+last_update_ms INTEGER NOT NULL,
+PRIMARY KEY (campaign, arm, state, outcome)
+) WITHOUT ROWID;
+
 -- table cells
 CREATE TABLE cells (
 cell_id TEXT PRIMARY KEY,
@@ -46,6 +61,16 @@ payload BLOB NOT NULL,
 hash BLOB NOT NULL,
 UNIQUE (stream, version)
 );
+
+-- table instance_tallies
+CREATE TABLE instance_tallies (
+campaign TEXT NOT NULL,
+instance_id TEXT NOT NULL,
+arm TEXT NOT NULL,
+outcome TEXT NOT NULL,
+cells INTEGER NOT NULL,
+PRIMARY KEY (campaign, instance_id, arm, outcome)
+) WITHOUT ROWID;
 
 -- table log_head
 CREATE TABLE log_head (

@@ -93,6 +93,28 @@ def test_the_report_file_is_the_report_page(client: TestClient, home: Path) -> N
     assert 'href="/report.html?campaign=web"' in page and page.count("<svg") == 2
 
 
+async def _report_file_as_of(home: Path, as_of: int) -> bytes:
+    async with open_store(Home(home)) as store:
+        return html_page(await report_store(store, ["web"], as_of=as_of))
+
+
+def test_as_of_shows_the_report_as_the_log_stood(client: TestClient, home: Path) -> None:
+    page = client.get("/report?campaign=web&as_of=3").text
+    assert "as the log stood at event 3" in page
+    assert 'href="/report.html?campaign=web&amp;as_of=3"' in page
+    r = client.get("/report.html?campaign=web&as_of=3")
+    assert r.content == asyncio.run(_report_file_as_of(home, 3))
+    assert client.get("/report?as_of=soon").status_code == 400
+    assert client.get("/report?as_of=99999999").status_code == 404
+
+
+def test_the_icon_is_served_not_a_404(client: TestClient) -> None:
+    r = client.get("/favicon.ico")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+    assert r.content == client.get("/static/favicon.svg").content
+    assert '<link rel="icon" href="/static/favicon.svg"' in client.get("/").text
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1:8686", "localhost", "[::1]:8686", "LOCALHOST:1"])
 def test_a_loopback_bind_serves_local_host_names(client: TestClient, host: str) -> None:
     assert client.get("/", headers={"host": host}).status_code == 200
