@@ -151,7 +151,7 @@ def cluster(root: Path, slots: int) -> Iterator[None]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from arenad.runs.ray.cluster import use_token
+    from arenad.executors.ray.cluster import use_token
 
     use_token(root / "ray-token")
     os.environ.pop("RAY_ADDRESS", None)

@@ -183,9 +183,21 @@ LOWER_MUST_NOT_IMPORT: dict[str, tuple[str, ...]] = {
         "arenad.cell",
         "arenad.verdict",
         "arenad.materialize",
+        "arenad.executors",
+        "arenad.containers",
     ),
+    # The engine's client and reaper sit on the process primitives and the sandbox's
+    # container naming; the executors sit on them.
+    "arenad.containers": ("arenad.daemon", "arenad.arms", "arenad.executors", "arenad.cell"),
     "arenad.verdict": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
-    "arenad.sandbox": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.runs"),
+    "arenad.sandbox": (
+        "arenad.daemon",
+        "arenad.arms",
+        "arenad.ledger",
+        "arenad.runs",
+        "arenad.containers",
+        "arenad.executors",
+    ),
     "arenad.materialize": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
     "arenad.ingest": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
     "arenad.recovery": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
@@ -513,7 +525,10 @@ def test_the_cycle_finder_finds_a_package_cycle() -> None:
 def test_the_package_scan_sees_the_top_level_packages() -> None:
     top = package_arrows("arenad")
     assert ("arenad.daemon", "arenad.cell") in top
-    assert ("arenad.runs.ray", "arenad.runs.executor") in package_arrows("arenad.runs")
+    assert ("arenad.executors", "arenad.runs") in top
+    assert ("arenad.executors.ray", "arenad.executors.local") not in package_arrows(
+        "arenad.executors"
+    )
     assert ("cli", "arenad") in package_arrows("")
 
 

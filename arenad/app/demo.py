@@ -53,8 +53,8 @@ BUGS = {
 def _cluster_for(executor: str, home: Home) -> contextlib.AbstractContextManager[object]:
     if executor != "ray":
         return contextlib.nullcontext()
-    from arenad.runs.ray.cluster import local_cluster
-    from arenad.runs.ray.executor import namespace_for
+    from arenad.executors.ray.cluster import local_cluster
+    from arenad.executors.ray.executor import namespace_for
 
     token = home.root / "demo" / "ray-token"
     return local_cluster(token, slots=2, namespace=namespace_for(home.root))

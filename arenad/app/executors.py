@@ -33,7 +33,7 @@ def executor_factory(
     if ray_heartbeat_s <= 0:
         raise UserError("--ray-heartbeat-s must be more than 0")
     try:
-        from arenad.runs.ray.executor import RayExecutor, namespace_for
+        from arenad.executors.ray.executor import RayExecutor, namespace_for
     except ImportError as exc:
         raise UserError(
             f"--executor ray needs the Ray extra (pip install 'arenad[ray]'): {exc}"

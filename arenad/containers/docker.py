@@ -11,13 +11,13 @@ A container arenad starts is named by the caller and always removed by name afte
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import msgspec
 
 from arenad.runs.commands import CommandError, run_ok
+from arenad.sandbox.container import docker_bin
 
 __all__ = [
     "ContainerLimits",
@@ -42,11 +42,6 @@ class ContainerLimits(msgspec.Struct, frozen=True, kw_only=True):
     pids: int
     cpus: float | None = None
     network: str = "none"
-
-
-def docker_bin() -> str:
-    """The docker client to run: ``$ARENAD_DOCKER``, else ``docker`` on PATH."""
-    return os.environ.get("ARENAD_DOCKER") or "docker"
 
 
 def engine_problem(docker: str | None = None) -> str | None:

@@ -58,6 +58,7 @@ from arenad.errors import (
     StoreUnwritable,
     UserError,
 )
+from arenad.executors.local import LocalExecutor
 from arenad.home import Home, open_store
 from arenad.materialize import WorkspaceTemplates
 from arenad.proposer.capture import ProposerPaths, run_proposer_capture
@@ -65,7 +66,6 @@ from arenad.readmodels.campaigns import load_budgets, load_spend
 from arenad.readmodels.view import CellsView, cells_view
 from arenad.runs import limits
 from arenad.runs.executor import Executor, Tools
-from arenad.runs.local import LocalExecutor
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.faults import fault_from_env
 from arenad.store.group_commit import GroupCommit

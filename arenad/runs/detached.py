@@ -35,7 +35,6 @@ from typing import Literal
 import msgspec
 
 from arenad.clock import Clock
-from arenad.containers.docker import docker_bin
 from arenad.runs import groups
 from arenad.runs.files import (
     WRAPPER_LOG,
@@ -48,6 +47,7 @@ from arenad.runs.files import (
 )
 from arenad.runs.launcher import LIFELINE_FD
 from arenad.runs.launcher_client import WrapperLauncher
+from arenad.sandbox.container import docker_bin
 
 # How long a run's end waits for the launcher to reap its wrapper (it does so at once).
 _REAP_WAIT_S = 1.0

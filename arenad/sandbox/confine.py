@@ -34,7 +34,6 @@ from typing import Literal
 
 import msgspec
 
-from arenad.containers.docker import docker_bin
 from arenad.errors import ArenadError
 from arenad.sandbox import container
 from arenad.sandbox.bwrap import (
@@ -47,6 +46,7 @@ from arenad.sandbox.bwrap import (
     sandbox_argv,
 )
 from arenad.sandbox.cellenv import cell_paths
+from arenad.sandbox.container import docker_bin
 from events.cell import SandboxView
 from events.specs import SandboxSpec
 

@@ -50,7 +50,15 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+
 # Labels every agent container carries (the reaper selects on the home's).
+def docker_bin() -> str:
+    """The docker client to run: ``$ARENAD_DOCKER``, else ``docker`` on PATH. Here, not in
+    :mod:`arenad.containers`: the sandbox and the wrapper's launch name the client too, and
+    they sit below the engine's client code."""
+    return os.environ.get("ARENAD_DOCKER") or "docker"
+
+
 LABEL_HOME = "arenad.home"
 LABEL_CELL = "arenad.cell"
 LABEL_ATTEMPT = "arenad.attempt"

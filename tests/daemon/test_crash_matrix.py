@@ -200,7 +200,8 @@ def _ledger(case: Case, out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-_VOLATILE_KEYS = {"captured_at", "wall_s", "run_id"}
+# durationMs: a step's latency as the gateway measured it on the wire.
+_VOLATILE_KEYS = {"captured_at", "wall_s", "run_id", "durationMs"}
 _IDS = re.compile(r"\b(ses|msg|prt)_[A-Za-z0-9]+")
 _ATTEMPT = re.compile(r"attempt-\d+")
 

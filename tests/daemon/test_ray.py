@@ -8,7 +8,7 @@ it runs sandboxed, see tests.daemon.support.Beacon), so "it ran once" is a count
 JSON lines to its stdout over time.
 
 An abort on Ray (the group and its children killed) is the executor contract's
-(tests/runs/ray/test_executor.py); how `arenad abort` reaches a run is the same for every
+(tests/executors/ray/test_executor.py); how `arenad abort` reaches a run is the same for every
 executor (tests/daemon/test_control.py).
 """
 
@@ -146,7 +146,7 @@ def _actors(namespace: str) -> list[str]:
 
 
 def _namespace(home: Path) -> str:
-    from arenad.runs.ray.executor import namespace_for
+    from arenad.executors.ray.executor import namespace_for
 
     return namespace_for(home)
 

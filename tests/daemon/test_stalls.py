@@ -17,11 +17,11 @@ from arenad.cell.retry import RetryPolicy
 from arenad.cell.writer import CellWriter
 from arenad.daemon import stalls
 from arenad.daemon.daemon import Daemon, DaemonOptions
+from arenad.executors.local import LocalExecutor, LocalSite
 from arenad.home import Home, open_store
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
 from arenad.runs.executor import Observation, Run, RunRequest, Site, Tools
-from arenad.runs.local import LocalExecutor, LocalSite
 from events import cell as ev
 from events.base import Event
 from events.ingest import InotifyEventsLost

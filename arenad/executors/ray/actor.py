@@ -1,6 +1,6 @@
 """The node side of the Ray executor: one detached, named actor per cell attempt.
 
-The head (:mod:`arenad.runs.ray.executor`) creates it where the cell's resources are free
+The head (:mod:`arenad.executors.ray.executor`) creates it where the cell's resources are free
 and forwards every :class:`~arenad.runs.executor.Site` and
 :class:`~arenad.runs.executor.Run` call to it. The actor does the same work a local run
 does, on its node:
@@ -13,7 +13,7 @@ does, on its node:
   ``RunStarted`` and calls :meth:`CellActor.release`; the same deadline, abort and exit
   record (:class:`~arenad.runs.detached.DetachedRun`);
 - **observation** (:meth:`CellActor.observe` / :meth:`CellActor.pull`): the same tailers
-  as a local run, handing the head one batch at a time (:mod:`arenad.runs.ray.batches`),
+  as a local run, handing the head one batch at a time (:mod:`arenad.executors.ray.batches`),
   at most ``WINDOW`` ahead of what the head has appended (bounded; a restarted head
   resumes from the log's offsets with a new observation).
 
@@ -54,13 +54,13 @@ from typing import Any
 import msgspec
 
 from arenad.clock import system_clock
+from arenad.executors.ray.batches import Batch, make_batch
 from arenad.ingest.offsets import FileKey, IngestPosition, Positions
 from arenad.ingest.watcher import RunDirWatcher, WatchSource
 from arenad.runs.detached import DetachedRun, Lifeline, RunEnd, spawn_detached
 from arenad.runs.executor import NodeFile, RunRecord, RunRequest, Tools
 from arenad.runs.files import capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
-from arenad.runs.ray.batches import Batch, make_batch
 from events.base import Event
 
 # The exit code of an actor whose raylet went away (its node was declared dead).

@@ -1,7 +1,7 @@
 """The Ray executor: cells on the nodes of a Ray cluster, recorded by the head's log.
 
 The daemon (the head) stays the log's only writer; each cell attempt's work happens in one
-detached, named actor (:mod:`arenad.runs.ray.actor`) on a node that offers the cell's
+detached, named actor (:mod:`arenad.executors.ray.actor`) on a node that offers the cell's
 resources, and every :class:`~arenad.runs.executor.Site` / :class:`~arenad.runs.executor.Run`
 call is forwarded to it. Never a plain Ray task: Ray re-runs a task whose node died, and
 its caller sees one stream stitched from two runs — a paid run must never be started
@@ -25,7 +25,7 @@ with :class:`SiteLost` (a ``ConnectionError``: an infrastructure failure). The n
 ends the agent on its own by then (the actor's lease and the wrapper's lifeline are
 fractions of ``heartbeat_s``).
 
-Ingestion is by offsets (:mod:`arenad.runs.ray.batches`): the head pulls one batch at a
+Ingestion is by offsets (:mod:`arenad.executors.ray.batches`): the head pulls one batch at a
 time and appends it only if it starts where the log's record of each file ends.
 
 The reaper (:meth:`RayExecutor.reconcile`, called by the daemon at start and now and then)
@@ -49,6 +49,8 @@ import ray
 import ray.exceptions
 
 from arenad.clock import Clock, system_clock
+from arenad.executors.ray.actor import ActorConfig, CellActor, PullReply, RemoteError
+from arenad.executors.ray.batches import Batch, BatchGate, batch_events
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import Sink, WatchSource
 from arenad.runs import groups
@@ -66,12 +68,10 @@ from arenad.runs.executor import (
     check_executor,
 )
 from arenad.runs.files import RunFiles
-from arenad.runs.ray.actor import ActorConfig, CellActor, PullReply, RemoteError
-from arenad.runs.ray.batches import Batch, BatchGate, batch_events
 from events.cell import RunStarted
 from events.specs import CellSpec
 
-log = logging.getLogger("arenad.runs.ray")
+log = logging.getLogger("arenad.executors.ray")
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from tests.runs.executor_contract import (
 class TestRayExecutor(ExecutorContract):
     @pytest.fixture
     def make_executor(self, ray_cluster: RayTestCluster, ray_namespace: str) -> MakeExecutor:
-        from arenad.runs.ray.executor import RayExecutor
+        from arenad.executors.ray.executor import RayExecutor
 
         async def make() -> Executor:
             executor = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
@@ -48,7 +48,7 @@ def _fails(tools: Tools) -> None:
 
 @pytest.fixture
 async def executor(ray_cluster: RayTestCluster, ray_namespace: str) -> AsyncIterator[Any]:
-    from arenad.runs.ray.executor import RayExecutor
+    from arenad.executors.ray.executor import RayExecutor
 
     executor = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
     await executor.start()
@@ -68,7 +68,7 @@ async def test_a_step_error_comes_back_as_itself(executor: Any) -> None:
 async def test_a_duplicated_or_reordered_batch_from_a_node_is_ignored(
     executor: Any, tmp_path: Path
 ) -> None:
-    from arenad.runs.ray.executor import RayObservation
+    from arenad.executors.ray.executor import RayObservation
 
     site = await executor.site("c:i:A:0", 1)
     request = _request(tmp_path / "run", "for i in $(seq 1 25); do echo line-$i; done")
@@ -108,7 +108,7 @@ async def test_the_reaper_kills_actors_whose_attempt_is_over(
 ) -> None:
     import ray
 
-    from arenad.runs.ray.executor import RayExecutor, actor_name
+    from arenad.executors.ray.executor import RayExecutor, actor_name
 
     first = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
     await first.start()
@@ -144,7 +144,7 @@ async def test_a_restarted_head_finds_a_gone_actor_lost_with_its_lines_kept(
 ) -> None:
     import ray
 
-    from arenad.runs.ray.executor import RayExecutor, actor_name
+    from arenad.executors.ray.executor import RayExecutor, actor_name
 
     first = RayExecutor(namespace=ray_namespace, heartbeat_s=10)
     await first.start()

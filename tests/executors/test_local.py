@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from arenad.executors.local import LocalExecutor
 from arenad.runs.executor import Executor, ExecutorMismatch
-from arenad.runs.local import LocalExecutor
 from events.specs import ExecutorSpec
 from tests.runs.executor_contract import ExecutorContract, MakeExecutor, cell_spec
 

@@ -1,13 +1,13 @@
 """The head's rule for observation batches: appended only if they start at the log's offsets.
 
-Pure: the batches are made from events here; tests/runs/ray/test_executor.py takes real ones
+Pure: the batches are made from events here; tests/executors/ray/test_executor.py takes real ones
 from a node.
 """
 
 from __future__ import annotations
 
+from arenad.executors.ray.batches import Batch, BatchGate, batch_events, make_batch
 from arenad.ingest.offsets import Positions, closed_files, fold_positions
-from arenad.runs.ray.batches import Batch, BatchGate, batch_events, make_batch
 from events.base import Event
 from events.ingest import FileSnapshotted, FileTruncated, IngestionClosed, LineIngested
 
