@@ -210,6 +210,34 @@ def _matrix_cell(m: MatrixCell | None) -> str:
 # --------------------------------------------------------------------------- terminal
 
 
+def _natural_width(grid: Grid) -> int:
+    """The columns a table needs with no cell folded: each column's widest entry, plus
+    rich's border and padding (three per column, one at the end)."""
+    widths = [len(printable(h)) for h in grid.head]
+    for row in grid.rows:
+        widths = [max(w, len(printable(c))) for w, c in zip(widths, row, strict=True)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _records(grid: Grid) -> RenderableType:
+    """A table too wide for the terminal, one block per row: its names as a heading, then
+    one ``column  value`` line per figure (nothing folded into ``…``)."""
+    pad = max(len(h) for h in grid.head[grid.names :])
+    lines = [Text(printable(grid.title), style="bold")]
+    for row in grid.rows:
+        lines.append(Text(printable("  ".join(row[: grid.names]))))
+        for head, cell in zip(grid.head[grid.names :], row[grid.names :], strict=True):
+            lines.append(Text(printable(f"  {head:<{pad}}  {cell}")))
+    return Group(*lines)
+
+
+def _fitted(grid: Grid, width: int | None) -> RenderableType:
+    """The grid as a table when it fits ``width`` columns (None: any), else as records."""
+    if width is not None and _natural_width(grid) > width:
+        return _records(grid)
+    return _rich(grid)
+
+
 def _rich(grid: Grid) -> Table:
     # Text, never str: a name like "[bold]" must print as itself, not as console markup;
     # and printable: a control character prints as its escape, never as an instruction.
@@ -225,22 +253,24 @@ def _as_of(report: Report) -> str:
     return f", as the log stood at event {report.as_of_seq}" if report.as_of_seq else ""
 
 
-def terminal(report: Report) -> RenderableType:
-    """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix."""
+def terminal(report: Report, width: int | None = None) -> RenderableType:
+    """The report as rich tables: outcomes, spend, pairs, and the per-instance matrix. A
+    table wider than ``width`` columns prints as one block per row instead (a folded
+    table cuts names and figures to ``…``)."""
     names = ", ".join(report.campaigns) or "(none)"
     pooled = " (same-named arms pooled)" if report.pooled else ""
     pooled += _as_of(report)
     parts: list[RenderableType] = [Text(printable(f"arenad report: campaigns {names}{pooled}"))]
     if not report.arms:
         return Group(*parts, Text("no cells"))
-    parts += [_rich(_outcomes(report.arms)), _rich(_spend(report.arms))]
+    parts += [_fitted(_outcomes(report.arms), width), _fitted(_spend(report.arms), width)]
     if report.pairs:
-        parts.append(_rich(_pairs(report.pairs)))
+        parts.append(_fitted(_pairs(report.pairs), width))
     if len(report.instances) > TERMINAL_MATRIX_MAX:
         count = len(report.instances)
         parts.append(Text(f"{count} instances: the per-instance matrix is in --json and --html"))
     else:
-        parts.append(_rich(_matrix(report)))
+        parts.append(_fitted(_matrix(report), width))
     if report.counting:
         parts.append(Text(printable(report.counting)))
     return Group(*parts)

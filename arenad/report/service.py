@@ -143,6 +143,8 @@ async def report(
 
 
 def print_terminal(result: Report) -> None:
-    # Off a terminal rich would squeeze the tables into 80 columns; a pipe gets them whole.
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(terminal(result))
+    # A terminal's width, or COLUMNS (rich reads it); a pipe without COLUMNS gets the
+    # tables whole (up to 200 columns) rather than squeezed into rich's default 80.
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    console = Console(width=None if wide else 200)
+    console.print(terminal(result, console.width))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,28 @@ def test_as_of_past_the_log_is_exit_2_in_one_line(home: Path) -> None:
     done = arenad(home, "report", "--as-of", "99999", code=2)
     assert done.stderr.strip().count("\n") == 0 and "--as-of 99999" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_terminal_report_fits_columns_and_folds_nothing(home: Path) -> None:
+    # COLUMNS is honoured off a terminal too; a table too wide prints as one block per row
+    # (rich would otherwise fold its names and figures into "…").
+    for width in (80, 60):
+        done = subprocess.run(
+            [ARENAD, "--home", str(home), "report"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "COLUMNS": str(width)},
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert max(len(line) for line in lines) <= width, done.stdout
+        assert "…" not in done.stdout
+        for figure in ("arena/ALPHA", "71.4%", "[27.6, 94.2]", "@1=75.0% @2=66.7%", "0.625"):
+            assert figure in done.stdout, figure
+    # Off a terminal without COLUMNS the tables come whole.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    whole = subprocess.run(
+        [ARENAD, "--home", str(home), "report"], capture_output=True, text=True, env=env
+    )
+    assert "┃ arm" in whole.stdout and "…" not in whole.stdout
