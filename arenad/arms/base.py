@@ -68,6 +68,10 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     # The arenad home the run dir lives in: hidden from the cell, with its other cells.
     home_root: str = ""
+    # The campaign's cap in force and its spend of record when the attempt starts: the
+    # model gateway refuses the calls past the cap, at the wire (None: no cap).
+    campaign_cap_usd: float | None = None
+    campaign_spent_usd: float = 0.0
 
     @property
     def prompt_file(self) -> Path:

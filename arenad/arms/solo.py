@@ -74,6 +74,8 @@ class SoloArmRunner(Arm):
                 ctx.cell_id,
                 ctx.attempt,
                 ctx.env,
+                campaign_cap_usd=ctx.campaign_cap_usd,
+                campaign_spent_usd=ctx.campaign_spent_usd,
             )
             if pointed is not None:
                 # The agent holds only its attempt's token: the upstream keys stay with the

@@ -386,6 +386,11 @@ class Daemon:
     def _cap(self, campaign: str) -> tuple[float, str] | None:
         return cap_in_force(self.budgets.get(campaign), self.options.max_usd)
 
+    def _cap_and_spent(self, campaign: str) -> tuple[float, float] | None:
+        """The cap in force and the spend of record, for the gateway's grant (None: no cap)."""
+        cap = self._cap(campaign)
+        return None if cap is None else (cap[0], self.spend.campaign(campaign).spent_usd)
+
     def _at_cap(self, campaign: str) -> bool:
         """The spend reached the cap in force, or the log says it did: only a new cap lets
         the campaign go on (a recovered figure below the live one does not)."""
@@ -523,6 +528,7 @@ class Daemon:
             self.clock,
             executor,
             may_start=lambda: not self._at_cap(campaign) and campaign not in self.tripped,
+            campaign_budget=lambda: self._cap_and_spent(campaign),
             on_ingested=self._on_ingested,
             on_appended=self._on_appended,
             group_commit=self.group_commit,

@@ -102,6 +102,7 @@ class CellRunner:
         executor: Executor,
         *,
         may_start: Callable[[], bool] | None = None,
+        campaign_budget: Callable[[], tuple[float, float] | None] | None = None,
         on_ingested: Callable[[str, Sequence[Event]], None] | None = None,
         group_commit: GroupCommit | None = None,
         on_appended: Callable[[str, Sequence[Event]], None] | None = None,
@@ -113,6 +114,8 @@ class CellRunner:
         # Asked before an attempt is materialized and before its run starts: False holds
         # the cell where it is (a campaign at its spend cap), never a failure.
         self.may_start = may_start
+        # (cap, spent) of the cell's campaign, asked when its attempt starts.
+        self.campaign_budget = campaign_budget
         # Sees the attempt's ingested events (recorded before this runner, then live).
         self.on_ingested = on_ingested
         # Sees each of the cell's own appends once committed (the daemon's circuit breaker).
@@ -284,6 +287,7 @@ class CellRunner:
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
         run_dir = Path(state.run_dir)
+        budget = self.campaign_budget() if self.campaign_budget is not None else None
         return ArmContext(
             spec=state.spec,
             cell_id=self.cell_id,
@@ -292,6 +296,8 @@ class CellRunner:
             workspace=Path(state.workspace),
             env=cell_env_for(run_dir, self.config.base_env),
             home_root=str(self.config.home.root),
+            campaign_cap_usd=budget[0] if budget is not None else None,
+            campaign_spent_usd=budget[1] if budget is not None else 0.0,
         )
 
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:

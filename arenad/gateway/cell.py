@@ -61,6 +61,9 @@ def attempt_grant(
     attempt: int,
     key_files: list[str],
     auth_file: str | None = None,
+    *,
+    campaign_cap_usd: float | None = None,
+    campaign_spent_usd: float = 0.0,
 ) -> tuple[Grant, dict[str, Any], list[str]]:
     """(the grant, the config with its providers pointed at ``{gateway}``, key env names).
 
@@ -104,6 +107,8 @@ def attempt_grant(
         prices=prices,
         max_usd=spec.gateway.max_usd,
         max_tokens=spec.gateway.max_tokens,
+        campaign_max_usd=campaign_cap_usd,
+        campaign_spent_usd=campaign_spent_usd,
         issued_at_ms=int(time.time() * 1000),
     )
     return grant, rewritten, names
@@ -128,6 +133,9 @@ def point_opencode(
     cell_id: str,
     attempt: int,
     env: Mapping[str, str],
+    *,
+    campaign_cap_usd: float | None = None,
+    campaign_spent_usd: float = 0.0,
 ) -> PointedConfig | None:
     """Start (or adopt) the gateway, issue the attempt's grant, rewrite the cell's config.
     None: the config names no provider with a ``baseURL`` (nothing to point)."""
@@ -140,7 +148,14 @@ def point_opencode(
     secrets = spec.secrets
     key_files = [os.path.join(secrets.dir, f) for f in secrets.env_files] if secrets else []
     grant, rewritten, names = attempt_grant(
-        config, spec, cell_id, attempt, key_files, env.get("SWE_ARENA_OPENCODE_AUTH_FILE")
+        config,
+        spec,
+        cell_id,
+        attempt,
+        key_files,
+        env.get("SWE_ARENA_OPENCODE_AUTH_FILE"),
+        campaign_cap_usd=campaign_cap_usd,
+        campaign_spent_usd=campaign_spent_usd,
     )
     if not grant.upstreams:
         return None

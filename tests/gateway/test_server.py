@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from arenad.gateway import grants, paths, process
+from arenad.gateway.cell import attempt_grant
 from arenad.scripted_model import wire
+from tests.events.samples import make_spec
 from tests.gateway.support import (
     SCRIPT,
     UPSTREAM_KEY,
@@ -112,6 +114,34 @@ def test_max_usd_refuses_the_next_call_as_a_provider_would(
     spent = sum(line["cost_usd"] or 0 for line in lines)
     assert spent <= 0.005 + 0.00321 + 1e-12
     assert len(model.requests) == 2
+
+
+def test_the_campaigns_cap_holds_across_its_attempts_at_the_wire(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    # The campaign had spent 0.004 of 0.01 when both attempts started; every call of
+    # either counts against the rest: the second call of the second attempt is refused.
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    caps: dict[str, Any] = {"campaign_max_usd": 0.01, "campaign_spent_usd": 0.004}
+    first = grant_for(home, model.base_url, cell="c1", **caps)
+    second = grant_for(home, model.base_url, cell="c2", **caps)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    statuses = [chat(gw.port, token, messages)[0] for token in (first, second, second)]
+    # 0.004 + 0.00321 < 0.01; + 0.00321 = 0.01042 >= 0.01: the third call is refused.
+    assert statuses == [200, 200, 402]
+    assert [line.get("refused") for line in journal(home, "c2")] == [None, "budget"]
+    assert len(model.requests) == 2
+
+
+def test_a_grant_carries_the_campaigns_cap_and_spend() -> None:
+    config = {"provider": {"p": {"options": {"baseURL": "http://up/v1"}, "models": {}}}}
+    grant, _, _ = attempt_grant(
+        config, make_spec(), "c:i:A:0", 1, [], campaign_cap_usd=2.5, campaign_spent_usd=1.25
+    )
+    assert (grant.campaign_max_usd, grant.campaign_spent_usd) == (2.5, 1.25)
+    grant, _, _ = attempt_grant(config, make_spec(), "c:i:A:0", 1, [])
+    assert grant.campaign_max_usd is None
 
 
 def test_upstream_error_is_relayed_and_recorded(
