@@ -838,6 +838,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         raise CampaignError(
             f'{where}: [sandbox] kind = "docker" does not run on [executor] kind = "ray" yet'
         )
+    gateway = _gateway(parsed.gateway, where)
     return _Resolved(
         parsed=parsed,
         base=base,
@@ -848,9 +849,9 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         excludes=excludes,
         candidate=_candidate(parsed.candidate, where),
         executor=_executor(parsed.executor, where),
-        sandbox=_sandbox(parsed.sandbox, base, secrets, where, arms),
+        sandbox=_sandbox(parsed.sandbox, base, secrets, where, arms, gateway),
         network=parsed.sandbox.network if parsed.sandbox is not None else None,
-        gateway=_gateway(parsed.gateway, where),
+        gateway=gateway,
     )
 
 
@@ -1113,6 +1114,7 @@ def _sandbox(
     secrets: SecretsSpec | None,
     where: str,
     arms: list[ArmSpec],
+    gateway: GatewaySpec,
 ) -> SandboxSpec:
     """The [sandbox] table: read_only paths resolved against the campaign file, existing,
     and never showing what a cell must not see (checked again against the arenad home at
@@ -1148,18 +1150,29 @@ def _sandbox(
         cpus=limits.parse_cpus(spec.cpus, "[sandbox] cpus", where),
         disk_bytes=limits.parse_size(spec.disk, "[sandbox] disk", where, limits.MIN_DISK_BYTES),
         network=spec.network or opened,
-        image=_docker_image(spec, where, secrets),
+        image=_docker_image(spec, where, secrets, _keys_at_the_gateway(arms, gateway)),
         workdir=_docker_workdir(spec, where),
     )
 
 
-def _docker_image(spec: SandboxFile, where: str, secrets: SecretsSpec | None) -> str | None:
-    if spec.kind == "docker" and secrets is not None:
+def _keys_at_the_gateway(arms: list[ArmSpec], gateway: GatewaySpec) -> bool:
+    """Every arm that calls a model does so through the gateway, which reads the keys from
+    the [secrets] env files itself: no cell needs the secrets wrapper."""
+    return gateway.kind == "gateway" and all(
+        isinstance(arm, SoloArm) for arm in arms if uses_model(arm)
+    )
+
+
+def _docker_image(
+    spec: SandboxFile, where: str, secrets: SecretsSpec | None, keys_at_gateway: bool
+) -> str | None:
+    if spec.kind == "docker" and secrets is not None and not keys_at_gateway:
         # The secrets wrapper's variables are named only in files arenad never opens, so
-        # they cannot be passed into a container by name.
+        # they cannot be passed into a container by name; the gateway reads them for a
+        # solo arm, whose agent then holds only its attempt's token.
         raise CampaignError(
-            f'{where}: [sandbox] kind = "docker" does not take [secrets] yet'
-            ' (use kind = "bwrap", or a model endpoint that needs no key)'
+            f'{where}: [sandbox] kind = "docker" takes [secrets] only when every model-using'
+            ' arm calls through the gateway (a solo arm, [gateway] kind = "gateway")'
         )
     if spec.image is None:
         return None

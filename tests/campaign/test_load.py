@@ -645,7 +645,11 @@ def test_a_docker_sandbox_names_its_image_and_workdir(tmp_path: Path) -> None:
     ("table", "message"),
     [
         ('kind = "podman"', "Invalid enum value 'podman' - at `sandbox.kind`"),
-        ('kind = "docker"', '[sandbox] kind = "docker" does not take [secrets] yet'),
+        (
+            'kind = "docker"\n[gateway]\nkind = "none"',
+            '[sandbox] kind = "docker" takes [secrets] only when every model-using arm calls'
+            " through the gateway",
+        ),
         ('image = "img:1"', '[sandbox] image is for kind = "docker" only'),
         ('read_only = ["./nope"]', "[sandbox] read_only[0]: "),
         ('read_only = ["/"]', "[sandbox] read_only[0]: / is a system root"),
@@ -662,6 +666,16 @@ def test_bad_sandbox_tables_say_what_and_where(tmp_path: Path, table: str, messa
         load_campaign(write(tmp_path, text))
     assert message in str(info.value)
     assert str(tmp_path / "c.toml") in str(info.value)
+
+
+def test_a_docker_sandbox_takes_secrets_that_only_the_gateway_reads(tmp_path: Path) -> None:
+    # The solo arm's calls go through the gateway, which reads the keys from the env files:
+    # the agent in its container holds only its attempt's token, no wrapper is needed.
+    (tmp_path / "secrets").mkdir()
+    text = GOOD + '[secrets]\ndir = "./secrets"\nenv_files = [".env"]\n'
+    cell = load_campaign(write(tmp_path, text + '[sandbox]\nkind = "docker"\n')).cells[0]
+    assert (cell.sandbox.kind, cell.gateway.kind) == ("docker", "gateway")
+    assert cell.secrets is not None
 
 
 def test_verify_in_defaults_to_the_checkout_and_workspace_is_a_choice(tmp_path: Path) -> None:
