@@ -89,7 +89,7 @@ def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
         problems.append(None if problem is None else f"[sandbox] read_only: {problem}")
     if campaign.images:
         # Every cell of an instance whose image is missing would fail at its first step.
-        problems.append(missing_images(campaign.images))
+        problems.extend(missing_images(campaign.images))
     found = [p for p in problems if p is not None]
     if not found:
         # What would fail each cell at its first step: a source or base commit that is not

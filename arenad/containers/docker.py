@@ -77,19 +77,21 @@ def image_exists(image: str, docker: str | None = None) -> bool:
     return done.returncode == 0
 
 
-def missing_images(images: dict[str, str], docker: str | None = None) -> str | None:
-    """A one-line problem naming the first instance whose image the engine lacks, or None.
-    ``images`` maps each image to the (first) instance that needs it."""
+def missing_images(images: dict[str, str], docker: str | None = None) -> list[str]:
+    """One line per image the engine lacks, naming the (first) instance that needs it
+    (``images`` maps each image to it); or the one reason no engine can be asked.
+
+    arenad does not pull: a pull may take minutes per image and need a registry's
+    credentials, which submit should not wait on or hold; ``docker pull`` them first."""
     problem = engine_problem(docker)
     if problem is not None:
-        return problem
-    for image, instance_id in images.items():
-        if not image_exists(image, docker):
-            return (
-                f"instance {instance_id}: image {image} is not in the docker engine"
-                " (build or load it first; arenad does not pull)"
-            )
-    return None
+        return [problem]
+    return [
+        f"instance {instance_id}: image {image} is not in the docker engine"
+        " (build, load or pull it first)"
+        for image, instance_id in images.items()
+        if not image_exists(image, docker)
+    ]
 
 
 def run_argv(

@@ -174,3 +174,40 @@ def test_an_agent_the_sandbox_would_not_show_is_refused(tmp_path: Path) -> None:
     out = cli(tmp_path / "home", "submit", str(in_home))
     assert out.returncode == 2, out
     assert "is inside the arenad home" in out.stderr
+
+
+def test_every_missing_image_is_named_and_nothing_appended(tmp_path: Path) -> None:
+    # Against the stand-in docker (tests/fakes/docker): one image is in its engine, two
+    # are not; submit names both missing ones, one line each, and appends nothing.
+    fakes = Path(__file__).resolve().parents[1] / "fakes"
+    root = tmp_path / "docker-state"
+    (root / "images" / "here%3A1" / "testbed").mkdir(parents=True)
+    instances = [("i1", "here:1"), ("i2", "gone:1"), ("i3", "gone:2")]
+    lines = ['name = "img"', 'split = "dev"', "[materializer]", 'kind = "image"']
+    for iid, image in instances:
+        lines += [
+            "[[instances]]",
+            f'instance_id = "{iid}"',
+            f'base_commit = "{"0" * 40}"',
+            'problem_statement = "p"',
+            f'image = "{image}"',
+            'verify_cmd = "true"',
+        ]
+    lines += ["[[arms]]", 'name = "CMD"', 'kind = "command"', 'argv = ["true"]']
+    lines += ["uses_model = false"]
+    camp = tmp_path / "img.toml"
+    camp.write_text("\n".join(lines) + "\n")
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_DOCKER_ROOT": str(root),
+    }
+    assert cli(home, "init").returncode == 0
+    out = cli(home, "submit", str(camp), env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 2, err
+    assert "instance i2: image gone:1" in err[0] and "instance i3: image gone:2" in err[1]
+    assert all(str(camp) in line for line in err) and "nothing was appended" in err[-1]
+    assert cli(home, "events", "--json").stdout == ""

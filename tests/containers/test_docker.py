@@ -38,8 +38,8 @@ def test_run_argv_carries_every_limit() -> None:
 def test_no_client_is_a_clear_problem(tmp_path: Path) -> None:
     problem = engine_problem(str(tmp_path / "no-docker"))
     assert problem is not None and "no docker client" in problem
-    missing = missing_images({"a:1": "x__y-1"}, str(tmp_path / "no-docker"))
-    assert missing is not None and "no docker client" in missing
+    (missing,) = missing_images({"a:1": "x__y-1"}, str(tmp_path / "no-docker"))
+    assert "no docker client" in missing
 
 
 def _base_or_skip() -> None:
@@ -49,9 +49,11 @@ def _base_or_skip() -> None:
 
 def test_missing_images_names_the_instance() -> None:
     _base_or_skip()
-    assert missing_images({BASE: "a__b-1"}) is None
-    problem = missing_images({BASE: "a__b-1", "arenad-test/none:never": "c__d-2"})
-    assert problem is not None and "c__d-2" in problem and "arenad-test/none:never" in problem
+    assert missing_images({BASE: "a__b-1"}) == []
+    images = {BASE: "a__b-1", "arenad-test/none:never": "c__d-2", "arenad-test/no:2": "e__f-3"}
+    first, second = missing_images(images)
+    assert "c__d-2" in first and "arenad-test/none:never" in first
+    assert "e__f-3" in second and "arenad-test/no:2" in second
 
 
 async def test_remove_container_of_nothing_is_done() -> None:
