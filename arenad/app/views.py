@@ -133,6 +133,18 @@ def _cut(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - tail :]
 
 
+def _usd(value: Any) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def _cost_text(row: Mapping[str, Any]) -> str:
+    """The cost of record; a supervisor cell's is its driver's own total, and the worker
+    sessions it captured follow under their name (one figure per name, finding 9)."""
+    if "driver_usd" in row:
+        return f"{_usd(row['driver_usd'])} (workers {_usd(row.get('workers_usd'))})"
+    return _usd(row["cost_usd"])
+
+
 def status_table(
     counts: Sequence[tuple[str, int]],
     rows: Sequence[dict[str, Any]],
@@ -173,7 +185,7 @@ def status_table(
                     f"{row['wall_s']:.1f}" if row["wall_s"] is not None else "-",
                     _verify_text(row["scored"], row["verify_pass"]),
                     tokens,
-                    f"{row['cost_usd']:.4f}" if row["cost_usd"] is not None else "-",
+                    _cost_text(row),
                     (row.get("reason") or "-")
                     if wide
                     else _cut(row.get("reason") or "-", REASON_WIDTH),

@@ -121,3 +121,35 @@ def test_the_cli(tmp_path: Path) -> None:
     assert CAUSE[-20:] in out.stdout
     bad = arenad("--state", "nope")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_supervisor_rows_cost_names_its_record_and_its_workers() -> None:
+    # The cost column is the cost of record: a supervisor's driver total, the captured
+    # worker sessions beside it under their name; a solo row has one figure.
+    base = {
+        "arm": "A",
+        "rep": 0,
+        "attempt": 1,
+        "state": "recovered",
+        "paused": False,
+        "wall_s": 1.0,
+        "scored": True,
+        "verify_pass": True,
+        "tokens_in": 1,
+        "tokens_out": 1,
+    }
+    rows = [
+        {
+            **base,
+            "cell_id": "c:i1:A:0",
+            "cost_usd": 0.0934,
+            "driver_usd": 0.02,
+            "workers_usd": 0.0934,
+        },
+        {**base, "cell_id": "c:i2:A:0", "cost_usd": 0.5},
+    ]
+    text = status_table([("recovered", 2)], rows)
+    (sup,) = [line for line in text.splitlines() if line.startswith("c:i1")]
+    (solo,) = [line for line in text.splitlines() if line.startswith("c:i2")]
+    assert "0.0200 (workers 0.0934)" in sup
+    assert "0.5000" in solo and "workers" not in solo
