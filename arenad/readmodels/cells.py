@@ -103,6 +103,11 @@ EXTRA_PATHS: tuple[str, ...] = (
     "$.recovered.spend.cache_write",
     "$.recovered.spend.spent_usd",
     "$.supervisor.spent_usd",
+    # A solo run's usage figures, as the reference's result.json has them (finding 9).
+    "$.recovered.usage.steps",
+    "$.recovered.usage.max_ctx",
+    "$.recovered.usage.oc_cost",
+    "$.recovered.usage.total_io",
 )
 
 
@@ -113,13 +118,19 @@ def spend_extras(
     cache_write: object,
     spend_spent_usd: object,
     supervisor_spent_usd: object,
+    steps: object = None,
+    max_ctx: object = None,
+    oc_cost: object = None,
+    total_io: object = None,
 ) -> dict[str, object]:
     """The status row's cache tokens and a supervisor cell's two costs, each under its own
     name (finding 9: one status showed the workers' sessions in the cell column and the
     driver's receipt on the campaign line): ``driver_usd`` is the whole tree's own total,
     the cost of record (the report's and the cap's, arenad.cell.spend); ``workers_usd``
-    the captured worker sessions (the row's ``cost_usd``). Checked as read: out of bounds
-    is unknown. Pure, so the SQL view and a fold agree."""
+    the captured worker sessions (the row's ``cost_usd``). A solo run's ``usage``: its
+    steps, largest context, opencode's own cost figure and total tokens (None: no usage
+    recovered). Checked as read: out of bounds is unknown. Pure, so the SQL view and a
+    fold agree."""
     extras: dict[str, object] = {
         "cache_read": attempt_tokens(cache_read),
         "cache_write": attempt_tokens(cache_write),
@@ -128,6 +139,18 @@ def spend_extras(
         own = supervisor_spent_usd if supervisor_spent_usd is not None else spend_spent_usd
         extras["driver_usd"] = attempt_usd(own)
         extras["workers_usd"] = cost_usd
+    if arm_kind == "solo":
+        figures = (steps, max_ctx, oc_cost, total_io)
+        extras["usage"] = (
+            None
+            if all(f is None for f in figures)
+            else {
+                "steps": attempt_tokens(steps),
+                "max_ctx": attempt_tokens(max_ctx),
+                "oc_cost": attempt_usd(oc_cost),
+                "total_io": attempt_tokens(total_io),
+            }
+        )
     return extras
 
 
@@ -141,6 +164,11 @@ def state_extras(state: CellState) -> dict[str, object]:
         spend.cache_write if spend is not None else None,
         spend.spent_usd if spend is not None else None,
         state.supervisor.spent_usd if state.supervisor is not None else None,
+        *(
+            (usage.steps, usage.max_ctx, usage.oc_cost, usage.total_io)
+            if state.recovered is not None and (usage := state.recovered.usage) is not None
+            else ()
+        ),
     )
 
 

@@ -76,6 +76,12 @@ async def _fill_supervisor(store: EventStore) -> None:
         ),
     ]
     await store.append(cell_stream(sup.cell_id), 0, events)
+    # A recovered solo cell: its usage figures (finding 9: recorded, shown nowhere).
+    solo = make_spec(instance_id="i8")
+    done = (CellMaterialized, RunStarted, RunCompleted, CellVerified, CellRecovered)
+    await store.append(
+        cell_stream(solo.cell_id), 0, [CellSubmitted(spec=solo), *(sample(k) for k in done)]
+    )
 
 
 @pytest.fixture(params=["sqlite", "folded-sqlite", "folded-memory"])
@@ -181,4 +187,6 @@ async def test_rows_name_cache_tokens_and_a_supervisors_two_costs(
     assert (sup["driver_usd"], sup["workers_usd"], sup["cost_usd"]) == (0.02, 0.0934, 0.0934)
     solo = rows["i0"]
     assert (solo["cache_read"], solo["cache_write"]) == (None, None)
-    assert "driver_usd" not in solo
+    assert "driver_usd" not in solo and solo["usage"] is None
+    usage = rows["i8"]["usage"]
+    assert usage == {"steps": 3, "max_ctx": 1800, "oc_cost": 0.0125, "total_io": 1540}
