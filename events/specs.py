@@ -7,7 +7,7 @@ that resolves into these.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -244,3 +244,32 @@ class CellSpec(Spec, frozen=True, kw_only=True):
 def cell_id(campaign: str, instance_id: str, arm: str, rep: int) -> str:
     """Cell identity: (campaign, instance, arm, rep). ':' never occurs in the parts."""
     return f"{campaign}:{instance_id}:{arm}:{rep}"
+
+
+class CellId(NamedTuple):
+    """A cell id's parts: the one parser of what :func:`cell_id` builds."""
+
+    campaign: str
+    instance_id: str
+    arm: str
+    rep: int
+
+    @classmethod
+    def parse(cls, text: str) -> CellId | None:
+        """The parts of ``text``; None for any other shape (a log may hold an id written
+        by hand or by an older version: its readers decide what that means)."""
+        parts = text.split(":")
+        if len(parts) == 4 and parts[3].isascii() and parts[3].isdigit():
+            return cls(parts[0], parts[1], parts[2], int(parts[3]))
+        return None
+
+
+def campaign_of(text: str) -> str:
+    """The campaign a cell id names: its text before the first ':' (of any shape)."""
+    return text.split(":", 1)[0]
+
+
+def arm_of(text: str) -> str:
+    """The arm a cell id names, its third part ("" when it has none)."""
+    parts = text.split(":")
+    return parts[2] if len(parts) > 2 else ""

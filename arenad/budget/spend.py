@@ -47,6 +47,7 @@ from events import cell as ev
 from events.base import Event, Recorded
 from events.control import CampaignSubmitted
 from events.ingest import FileSnapshotted, LineIngested
+from events.specs import arm_of, campaign_of
 from events.streams import CAMPAIGN, attempt_stream_parts, cell_of, is_cell_stream
 
 UNITS_PER_USD = 10**12
@@ -257,9 +258,7 @@ class SpendFold:
         key = (cell_id, attempt)
         found = self._attempts.get(key)
         if found is None:
-            parts = cell_id.split(":")
-            campaign = parts[0]
-            arm = parts[2] if len(parts) > 2 else ""
+            campaign, arm = campaign_of(cell_id), arm_of(cell_id)
             found = self._attempts[key] = _Attempt(campaign=campaign, arm=arm)
             self._totals.setdefault(campaign, _Totals())
         return found

@@ -22,6 +22,7 @@ import msgspec
 
 from events import cell as ev
 from events.base import Event
+from events.specs import campaign_of
 
 
 class Trip(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,7 +50,7 @@ class Breaker:
 
     def apply(self, cell_id: str, events: Sequence[Event]) -> Trip | None:
         """Fold one append of a cell; the trip when it completes a run of failures."""
-        campaign = cell_id.split(":", 1)[0]
+        campaign = campaign_of(cell_id)
         trip: Trip | None = None
         for e in events:
             if isinstance(e, ev.CellFailed):

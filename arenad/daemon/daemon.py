@@ -81,6 +81,7 @@ from events.control import (
     DiskFull,
     MaxParallelChanged,
 )
+from events.specs import arm_of, campaign_of
 
 log = logging.getLogger("arenad.daemon")
 
@@ -408,9 +409,7 @@ class Daemon:
         cap = self._cap(campaign)
         if cap is None or not self._spend_loaded:
             return True
-        parts = cell_id.split(":")
-        arm = parts[2] if len(parts) > 2 else ""
-        return self.spend.may_start(campaign, arm, cap[0], self._running_in(campaign))
+        return self.spend.may_start(campaign, arm_of(cell_id), cap[0], self._running_in(campaign))
 
     def _on_ingested(self, stream: str, events: Sequence[Event]) -> None:
         """A run's ingested batch: its step costs go into the campaign's spend as they are
@@ -456,7 +455,7 @@ class Daemon:
             self.budgets[name] = apply_budget(budget, name, record, recorded[0].recorded_at_ms)
             if abort:
                 for runner in list(self.runners.values()):
-                    if runner.cell_id.split(":", 1)[0] == name and runner.run_in_flight:
+                    if campaign_of(runner.cell_id) == name and runner.run_in_flight:
                         # The cap is the operator's: the run is interrupted, not scored.
                         runner.request_abort(reason, cause="operator")
 
@@ -515,12 +514,12 @@ class Daemon:
                 name,
             )
             for runner in list(self.runners.values()):
-                if runner.cell_id.split(":", 1)[0] == name:
+                if campaign_of(runner.cell_id) == name:
                     runner.request_pause()
             del self.tripped[name]
 
     def _start(self, cell_id: str, executor: Executor) -> None:
-        campaign = cell_id.split(":", 1)[0]
+        campaign = campaign_of(cell_id)
         runner = CellRunner(
             self.store,
             self.config,
@@ -572,7 +571,7 @@ class Daemon:
             log.exception("%s: could not record the runner's crash", runner.cell_id)
 
     def _running_in(self, campaign: str) -> int:
-        return sum(1 for r in self.runners.values() if r.cell_id.split(":", 1)[0] == campaign)
+        return sum(1 for r in self.runners.values() if campaign_of(r.cell_id) == campaign)
 
     def _side_task(
         self, stack: contextlib.AsyncExitStack, coro: Coroutine[Any, Any, None], name: str

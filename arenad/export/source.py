@@ -29,7 +29,7 @@ from arenad.ledger.service import READ_BATCH_CELLS, cell_order, default_run_id, 
 from arenad.store.base import EventStore
 from events import cell as ev
 from events.base import Recorded
-from events.specs import CellSpec
+from events.specs import CellSpec, campaign_of
 from events.streams import CELL, cell_of
 
 __all__ = ["ExportCell", "Head", "LineAttempt", "Lineage", "cells_of", "log_head"]
@@ -193,7 +193,7 @@ async def cells_of(
         for cell_id in batch:
             # Rows appended after the head are not of the log being exported.
             records = [r for r in read.pop(cell_id) if r.seq <= head.seq]
-            campaign = cell_id.split(":", 1)[0]
+            campaign = campaign_of(cell_id)
             run_id = run_ids.get(campaign) or run_ids.setdefault(
                 campaign, default_run_id(home, campaign)
             )

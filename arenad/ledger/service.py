@@ -56,6 +56,7 @@ from events.base import Recorded
 from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
 from events.codec import encode_event, event_tag_of_type
+from events.specs import CellId, campaign_of
 from events.streams import CELL, cell_of, cell_stream
 
 __all__ = [
@@ -146,19 +147,15 @@ async def home_id(store: EventStore) -> str:
     return "empty"
 
 
-def _campaign_of(cell_id: str) -> str:
-    return cell_id.split(":", 1)[0]
-
-
 def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
     """Ledger order: campaign, instance, arm, then rep as a number (rep 2 before rep 10).
 
     A cell id is ``campaign:instance:arm:rep`` (``events.specs.cell_id``); an id of any
     other shape sorts by itself, first in its campaign."""
-    parts = cell_id.split(":")
-    if len(parts) == 4 and parts[3].isascii() and parts[3].isdigit():
-        return (parts[0], parts[1], parts[2], int(parts[3]), "")
-    return (parts[0], "", "", -1, cell_id)
+    parsed = CellId.parse(cell_id)
+    if parsed is not None:
+        return (*parsed, "")
+    return (campaign_of(cell_id), "", "", -1, cell_id)
 
 
 # The ledger's order of cells, for a projection that follows it (``arenad.export``).
@@ -311,7 +308,7 @@ async def project_store(
     def run_id_of(cell_id: str) -> str:
         if run_id:
             return run_id
-        c = _campaign_of(cell_id)
+        c = campaign_of(cell_id)
         return run_ids.get(c) or run_ids.setdefault(c, default_run_id(home, c))
 
     with_proposers = not cells and campaign is None

@@ -20,6 +20,7 @@ from arenad.report.render import html_page, terminal
 from arenad.store.base import EventStore
 from events import cell as ev
 from events.base import Recorded
+from events.specs import campaign_of
 from events.streams import CELL as CELL_PREFIX
 from events.streams import cell_of, ingest_stream
 
@@ -30,7 +31,7 @@ BATCH = 2000
 
 
 def _campaign_of(stream: str) -> str:
-    return cell_of(stream).split(":", 1)[0]
+    return campaign_of(cell_of(stream))
 
 
 async def report_store(
