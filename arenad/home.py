@@ -7,7 +7,7 @@
     <home>/campaigns/<campaign>/rep-<r>/attempt-<a>/git/<iid>.<arm>/     its sealed git root
     <home>/proposer-shots/           watched proposer shot receipts
 
-Inside an attempt dir the seed's names are kept (runs/<iid>/<ARM>/…, patches/…),
+Inside an attempt dir the reference's names are kept (runs/<iid>/<ARM>/…, patches/…),
 so existing tooling reads them; rep and attempt dirs above keep every run's files.
 """
 

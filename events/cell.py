@@ -204,7 +204,7 @@ class CellReverified(CellVerified, tag="cell.reverified", frozen=True, kw_only=T
 
 
 class SoloUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """The seed's usage figures, summed over the opencode stream's token parts."""
+    """The reference's usage figures, summed over the opencode stream's token parts."""
 
     steps: int
     tokens_in: int
@@ -227,7 +227,7 @@ class SpendFigures(msgspec.Struct, frozen=True, kw_only=True):
     cache_read: int | None = None
     cache_write: int | None = None
     cost_usd: float | None = None
-    # Supervisor arm (the seed's SupSpend).
+    # Supervisor arm (the reference's SupSpend).
     worker_tok_journal: int | None = None
     worker_cwds: list[str] | None = None
     worker_sessions: int | None = None
@@ -301,7 +301,7 @@ class ProvenanceRecorded(Event, tag="cell.provenance", frozen=True, kw_only=True
 
 
 class SupervisorOutcome(Event, tag="cell.supervisor-outcome", frozen=True, kw_only=True):
-    """state.json's summary at run end (the seed's parseSupervisorArtifacts)."""
+    """state.json's summary at run end (the reference's parseSupervisorArtifacts)."""
 
     attempt: int
     sup_run_dir: str | None
@@ -310,7 +310,7 @@ class SupervisorOutcome(Event, tag="cell.supervisor-outcome", frozen=True, kw_on
     delivered: bool | None
     spent_tokens: int | None
     spent_usd: float | None
-    # The journal's summary counts at run end (the seed's parseSupervisorArtifacts), so a
+    # The journal's summary counts at run end (the reference's parseSupervisorArtifacts), so a
     # projection need not fold the whole ingest stream; None: not recorded (an older
     # arenad), then they are folded from the ingested journal. ``subtasks`` is also None
     # when a label is not valid Unicode (a lone surrogate cannot be stored): folded then.

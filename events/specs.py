@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-# The seed's exact closing instruction (solo.sh): the solo arm gets the same suffix
+# The reference's exact closing instruction (solo.sh): the solo arm gets the same suffix
 # the supervisor's workers get, so prompt content is never a confound between arms.
 WORKER_PROMPT_SUFFIX = (
     "\n\nWork only in your current working directory. Implement the change completely and"
@@ -22,7 +22,7 @@ WORKER_PROMPT_SUFFIX = (
 # The reference's cap on a child's captured output, here per agent stdout / stderr file.
 DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
 
-# The seed's test-file excludes (fixtures/excludes.txt); each becomes
+# The reference's test-file excludes (fixtures/excludes.txt); each becomes
 # ':(exclude,glob)<pattern>' on the patch-extraction pathspec.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     "**/tests/**",

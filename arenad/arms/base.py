@@ -50,7 +50,7 @@ from events.specs import CellSpec
 
 
 class ProvenanceError(ArenadError):
-    """What sits in the arm's seat cannot be established (the seed's armProvenance throws):
+    """What sits in the arm's seat cannot be established (the reference's armProvenance throws):
     the cell fails before anything runs, as no paid run starts without knowing it."""
 
 
@@ -147,7 +147,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Arm(abc.ABC):
-    # The agent's stdout and stderr files in the run dir (the seed's names).
+    # The agent's stdout and stderr files in the run dir (the reference's names).
     stdout_name: ClassVar[str]
     stderr_name: ClassVar[str]
     # Recovery reads only the agent's store and the ingest stream, so by default it goes
@@ -189,7 +189,7 @@ class Arm(abc.ABC):
         return infra_cause(stream_objects(await read_ingested(), "stdout"))
 
     def outcome(self, state: CellState) -> Outcome:
-        """Whether the run counts. The seed's rule for solo-like arms: exit 0, in time."""
+        """Whether the run counts. The reference's rule for solo-like arms: exit 0, in time."""
         rc = state.run_rc
         if state.status == CellStatus.TIMED_OUT:
             return Outcome(scored=False, not_scored_reason=f"timed out (exit {rc})")
@@ -211,7 +211,7 @@ class Arm(abc.ABC):
         read_ingested: IngestReader,
     ) -> tuple[list[AppendRequest], ev.CellRecovered]:
         """Captures of the agent's own store and the CellRecovered that sums them. The
-        default: the whole session tree of the cell's private store, and the seed's usage
+        default: the whole session tree of the cell's private store, and the reference's usage
         figures summed over the opencode stream's token parts."""
         usage = None
         found: list[ev.RejectedFigure] = []

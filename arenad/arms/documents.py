@@ -1,7 +1,7 @@
 """The run-dir documents that are projections of the log, and their writing.
 
-- ``result.json`` (supervisor cells, once recovered): the seed's SupervisorArmResult minus
-  ``ws``, plus ``scored`` / ``not_scored_reason`` (the seed writes it only for a run that
+- ``result.json`` (supervisor cells, once recovered): the reference's SupervisorArmResult minus
+  ``ws``, plus ``scored`` / ``not_scored_reason`` (the reference writes it only for a run that
   counted; arenad writes it for every recovered run, so it says whether it counts), in
   ``JSON.stringify(v, null, 1)`` bytes.
 - ``judge.json``: the attempt's ``JudgeVerdictRecorded.verdict_json`` verbatim.
@@ -36,7 +36,7 @@ def has_result_json(state: CellState) -> bool:
 
 
 def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:
-    """The seed's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events,
+    """The reference's SupervisorArmResult (minus ``ws``) of a recovered attempt, from events,
     with whether it counts."""
     summary = figures.recorded_counts(state.supervisor) or figures.summarize(ingested)
     verified = state.verified
@@ -47,7 +47,7 @@ def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[
         "arm": state.spec.arm.name,
         "iid": state.spec.instance.instance_id,
         "driver_rc": state.run_rc,
-        # The seed's Math.round (halves up), not Python's round (halves to even).
+        # The reference's Math.round (halves up), not Python's round (halves to even).
         "wall_s": js_round(state.wall_s) if state.wall_s is not None else None,
         "patch_lines": verified.patch_lines if verified else None,
         "verify_rc": verified.verify_rc if verified else None,

@@ -1,4 +1,4 @@
-"""The solo arm: one `opencode run` in the workspace (the seed's solo.sh).
+"""The solo arm: one `opencode run` in the workspace (the reference's solo.sh).
 
 The prompt goes in on stdin, not as a positional argument: opencode stores a
 positional prompt wrapped in quotes, but stdin verbatim, and it reads stdin
@@ -38,7 +38,7 @@ class SoloArmRunner(Arm):
         self.spec = spec
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
-        """The seed's solo identity (toArmIdentity): ``{repo: "opencode", commit: "cli"}``
+        """The reference's solo identity (toArmIdentity): ``{repo: "opencode", commit: "cli"}``
         with the model as its one env knob, so the ledger's profile_commit is ``cli``."""
         return [
             ProvenanceRecorded(

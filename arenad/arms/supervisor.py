@@ -1,9 +1,9 @@
-"""The supervisor arm: the loops driver over the workspace (the seed's runSupervisorArm).
+"""The supervisor arm: the loops driver over the workspace (the reference's runSupervisorArm).
 
 prepare() writes params.json, removes ``<ws>/.loops``, and runs the configured
 driver argv (placeholders filled) with cwd = the loops checkout, the env knobs
 plus LOOPS_BRAIN_LOG exported, under the secrets wrapper when configured. The
-driver's stdout and stderr are files (driver.out / driver.err, joined into the seed's
+driver's stdout and stderr are files (driver.out / driver.err, joined into the reference's
 driver.log when the run ends), not ingested:
 what is ingested live is its run dir and brain.jsonl (``watch_sources``).
 
@@ -11,7 +11,7 @@ What it does differently from a solo agent: its provenance (the loops checkout's
 commit) is recorded with the start; its run's end records state.json's summary
 (``SupervisorOutcome``); a run counts only if the driver also says ``completed``; its
 spend is its workers' sessions, joined on the cwds its workers reported; and its
-``result.json`` (the seed's SupervisorArmResult) is written once it is recovered.
+``result.json`` (the reference's SupervisorArmResult) is written once it is recovered.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ DRIVER_LOG = "driver.log"
 
 
 class SupervisorArmRunner(Arm):
-    # Two files while it runs (the output cap is per file); the seed's one driver.log,
+    # Two files while it runs (the output cap is per file); the reference's one driver.log,
     # stdout then stderr, is joined from them when the run ends (join_driver_log_step).
     stdout_name = "driver.out"
     stderr_name = "driver.err"
@@ -158,7 +158,7 @@ class SupervisorArmRunner(Arm):
 
     def prepare(self, ctx: ArmContext) -> AgentCommand:
         params_file = ctx.run_dir / "params.json"
-        # The seed's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
+        # The reference's JSON.stringify(params, null, 1): ``"maxUsd": 8``, never ``8.0``.
         params_file.write_text(js_stringify_indented(self.params(ctx), 1))
         shutil.rmtree(ctx.workspace / ".loops", ignore_errors=True)
         # Where newer drivers keep the same state: a rerun must not read the last one's.
@@ -208,7 +208,7 @@ class SupervisorArmRunner(Arm):
 
     def provenance(self, ctx: ArmContext) -> ProvenanceRecorded:
         """``git rev-parse HEAD`` of the loops checkout, through the hardened git (the
-        seed's armProvenance, which throws when it fails: so does this,
+        reference's armProvenance, which throws when it fails: so does this,
         :class:`ProvenanceError`)."""
         repo = self.spec.loops_repo
         commit = gitsafe.head_commit_blocking(repo)
@@ -226,7 +226,7 @@ class SupervisorArmRunner(Arm):
     async def end_events(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> list[Event]:
-        """state.json's summary and the journal's counts at run end (the seed's
+        """state.json's summary and the journal's counts at run end (the reference's
         parseSupervisorArtifacts)."""
         ingested = await read_ingested()
         summary = figures.summarize(ingested)
@@ -261,7 +261,7 @@ class SupervisorArmRunner(Arm):
         return None
 
     def outcome(self, state: CellState) -> Outcome:
-        """The seed's rule: driver exit 0, in time, AND state.json status ``completed``."""
+        """The reference's rule: driver exit 0, in time, AND state.json status ``completed``."""
         base = super().outcome(state)
         if not base.scored:
             return base
@@ -279,7 +279,7 @@ class SupervisorArmRunner(Arm):
         state: CellState,
         read_ingested: IngestReader,
     ) -> tuple[list[AppendRequest], ev.CellRecovered]:
-        """Worker sessions joined on the ingested ``started.cwd`` values (the seed's
+        """Worker sessions joined on the ingested ``started.cwd`` values (the reference's
         recoverSupSpend): captures and unmatched cwds on the capture stream, and figures."""
         ingested = await read_ingested()
         cwds = figures.worker_cwds(ingested)
@@ -306,7 +306,7 @@ def supervisor_dir_step(tools: Tools, workspace: str) -> str | None:
 
 
 def join_driver_log_step(tools: Tools, run_dir: str) -> None:
-    """Site step: the seed's ``driver.log`` (``driver.stdout + driver.stderr``), written
+    """Site step: the reference's ``driver.log`` (``driver.stdout + driver.stderr``), written
     atomically from the run's two output files once it ended. Idempotent (a daemon that
     dies before the run's end is recorded joins them again, to the same bytes). A run
     started by an arenad that wrote stdout to driver.log itself has no driver.out: left

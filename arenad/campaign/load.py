@@ -20,7 +20,7 @@ Every error names the file and the key or row it is about.
     limit = 50                        # optional: then only the first N of what is left
     verify_template = "python -m pytest -q {test_path}"   # optional; {field} of the row,
                                       # shell-quoted (never write it inside quotes)
-    excludes = [...]                  # default: the seed's test-file list; [] is refused
+    excludes = [...]                  # default: the reference's test-file list; [] is refused
     max_output_bytes = 67108864       # per agent stdout / stderr file; the rest is dropped
 
     [verify]                          # optional
@@ -827,7 +827,7 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         )
     judge = _judge(parsed.judge, where)
     if parsed.excludes is not None and not parsed.excludes:
-        # The seed refuses an empty list too (loadExcludes): it would put the test files
+        # The reference refuses an empty list too (loadExcludes): it would put the test files
         # the verify command brings in the patch.
         raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)

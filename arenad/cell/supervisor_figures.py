@@ -1,6 +1,6 @@
 """Supervisor figures as pure functions of the ingested events (no file is read).
 
-The seed's ``parseSupervisorArtifacts`` (state.json summary, journal counts) and
+The reference's ``parseSupervisorArtifacts`` (state.json summary, journal counts) and
 the ``recoverSupSpend`` journal half (worker cwds, settled worker tokens), over
 the ``LineIngested`` / ``FileSnapshotted`` events of an attempt's ingest stream.
 """
@@ -93,7 +93,7 @@ def _num(v: Any) -> float | None:
 
 
 def summarize(items: Iterable[Event | Recorded]) -> SupervisorSummary:
-    """The seed's parseSupervisorArtifacts over the ingested events."""
+    """The reference's parseSupervisorArtifacts over the ingested events."""
     events = list(_events(items))
     state = last_state(events) or {}
     raw_result = state.get("result")
@@ -108,7 +108,7 @@ def summarize(items: Iterable[Event | Recorded]) -> SupervisorSummary:
             spawned += 1
             if label and label != "root":
                 workers += 1
-                # The seed's label.slice(0, 100): UTF-16 code units, not code points.
+                # The reference's label.slice(0, 100): UTF-16 code units, not code points.
                 subtasks.append(js_slice(label, 100))
         elif kind == "settled":
             settled += 1

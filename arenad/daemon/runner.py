@@ -789,7 +789,7 @@ class CellRunner:
             )
         ]
         if spec.judge is not None and outcome.scored:
-            # Only a run that counts is judged (the seed's arm throws before, otherwise): a
+            # Only a run that counts is judged (the reference's arm throws before, otherwise): a
             # verdict on an unscored run is no reward, its cost and time spent for nothing.
             # In the same append: a crash re-runs verify and the judge together, so an
             # attempt is never left verified but unjudged.

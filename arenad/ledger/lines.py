@@ -5,7 +5,7 @@ section: each section is a frozen Struct whose field order is the schema's key o
 sheet §1, as agent-eval's mint writes it), and ``rollout_line`` assembles them in the
 declaration order. Ledgers are compared byte for byte, so the order here is the contract.
 
-``new_stats``/``count_line`` keep the seed's BackfillStats for every kind alike. Pure.
+``new_stats``/``count_line`` keep the reference's BackfillStats for every kind alike. Pure.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def number_or_none(v: object) -> Number | None:
 
 
 def new_stats() -> LedgerStats:
-    """The seed's BackfillStats, zeroed (``opencodeDbAvailable`` until a store gap is seen)."""
+    """The reference's BackfillStats, zeroed (``opencodeDbAvailable`` until a store gap is seen)."""
     return {
         "lines": 0,
         "byRole": {},

@@ -2,7 +2,7 @@
 
 ``docker create --name <n> <image>`` → ``docker cp <n>:/testbed <dest>`` → ``docker rm -f <n>``
 (always, once a container may exist) → require ``<dest>/.git`` → reset / clean / branch /
-checkout → HEAD and cleanliness. Errors carry the seed's stage labels: create-fail, cp-fail,
+checkout → HEAD and cleanliness. Errors carry the reference's stage labels: create-fail, cp-fail,
 no-git, reset-fail (and branch-fail / checkout-fail / status-fail after it).
 """
 

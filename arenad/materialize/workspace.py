@@ -35,7 +35,7 @@ Stage = Literal[
 
 
 class MaterializeError(ArenadError):
-    """A workspace could not be materialized; ``stage`` names the step (seed labels)."""
+    """A workspace could not be materialized; ``stage`` names the step (the reference's labels)."""
 
     def __init__(self, stage: Stage, message: str) -> None:
         # The text names the stage once: a message that already starts with it (a
@@ -110,7 +110,7 @@ async def checkout_work_branch(
 ) -> tuple[str, bool]:
     """reset --hard base, clean (tolerated), branch -f hh-work base, checkout; (HEAD, clean)."""
     await git_step("reset-fail", ws, ["reset", "-q", "--hard", base], timeout_s=timeout_s)
-    with contextlib.suppress(MaterializeError):  # the seed tolerates a failed clean
+    with contextlib.suppress(MaterializeError):  # the reference tolerates a failed clean
         await git_step("clean", ws, ["clean", "-qfd"], timeout_s=timeout_s)
     await git_step("branch-fail", ws, ["branch", "-f", WORK_BRANCH, base], timeout_s=timeout_s)
     await git_step("checkout-fail", ws, ["checkout", "-q", WORK_BRANCH], timeout_s=timeout_s)

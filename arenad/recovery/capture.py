@@ -171,7 +171,7 @@ def recover_tree(
 def capture_worker_sessions(
     tools: Tools, db_path: str, cwds: list[str], attempt: int, confine: str | None = None
 ) -> tuple[list[AgentSessionCaptured], list[str]] | StoreUnavailable:
-    """The sessions whose directory is one of ``cwds`` (the seed's recoverSupSpend join),
+    """The sessions whose directory is one of ``cwds`` (the reference's recoverSupSpend join),
     and the cwds no session matched; or the store's gap."""
     path = Path(db_path)
     if not path.exists():

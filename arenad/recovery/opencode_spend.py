@@ -13,12 +13,12 @@ is unknown (``Spend.unknown``), and the value is kept as evidence (``Spend.rejec
 opencode does not roll a subagent's spend into its parent's row, so a session *tree*'s
 spend sums the root and every descendant (``tree_spend``).
 
-``sup_spend`` gives the seed's ``recoveredSpend`` figures. Decision on which sessions
-count: exactly the seed's SQL, ``WHERE directory IN (<worker cwds>)``. Subagent
+``sup_spend`` gives the reference's ``recoveredSpend`` figures. Decision on which sessions
+count: exactly the reference's SQL, ``WHERE directory IN (<worker cwds>)``. Subagent
 (child) sessions inherit their parent's directory in opencode, so they *are* counted
-and their tokens summed, as the seed's query does; a child session in some other
+and their tokens summed, as the reference's query does; a child session in some other
 directory is captured (see ``capture_sessions_by_directory``) but not counted, to keep
-the figures equal to the seed's. ``workerTokJournal`` comes from the supervisor
+the figures equal to the reference's. ``workerTokJournal`` comes from the supervisor
 journal, not from the store, and is not computed here.
 """
 
@@ -227,7 +227,7 @@ def tree_spend(captures: Sequence[AgentSessionCaptured], root_session_id: str) -
 
 @dataclass(frozen=True, slots=True)
 class SupSpend:
-    """The seed's ``recoveredSpend`` store figures (None = the store was unavailable).
+    """The reference's ``recoveredSpend`` store figures (None = the store was unavailable).
 
     ``worker_cwds`` → ``workerCwds`` (deduplicated, first-seen order),
     ``worker_sessions`` → ``workerSessions``, ``worker_tok_in`` → ``workerTokIn``

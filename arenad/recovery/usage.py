@@ -1,9 +1,9 @@
-"""The seed's parseOcUsage as a pure fold over opencode ``--format json`` stream objects.
+"""The reference's parseOcUsage as a pure fold over opencode ``--format json`` stream objects.
 
 Every object whose ``part`` is an object and whose ``part.tokens`` is an object counts as a
 step: input/output/reasoning/cache.write/cache.read are summed, ``max_ctx`` is the largest
 ``tokens.total``, ``part.cost`` is summed and rounded as JS ``Number(x.toFixed(6))``, and
-``total_io`` = in + out + reasoning. Non-numbers count as 0 (as the seed's ``num``).
+``total_io`` = in + out + reasoning. Non-numbers count as 0 (as the reference's ``num``).
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def fold_oc_usage(objects: Iterable[Any]) -> SoloUsage:
 
 
 def _reject_constant(name: str) -> Any:
-    # JSON.parse rejects NaN / Infinity; so does the seed's line filter.
+    # JSON.parse rejects NaN / Infinity; so does the reference's line filter.
     raise ValueError(f"not JSON: {name}")
 
 
 def parse_jsonl_objects(text: str | bytes) -> list[Any]:
-    """The seed's line handling: trimmed lines starting with ``{`` that parse as JSON."""
+    """The reference's line handling: trimmed lines starting with ``{`` that parse as JSON."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     objects: list[Any] = []
@@ -134,7 +134,7 @@ def stdout_objects(events: Iterable[Event | Recorded]) -> list[dict[str, Any]]:
         e = item.event if isinstance(item, Recorded) else item
         if isinstance(e, LineIngested) and e.source == "stdout" and e.encoding == "utf-8":
             try:
-                # JSON.parse's reading (a NaN / Infinity literal is not JSON), as the seed's.
+                # JSON.parse's reading (a NaN / Infinity literal is not JSON), as the reference's.
                 obj = js_parse(e.raw)
             except ValueError:
                 continue
@@ -144,7 +144,7 @@ def stdout_objects(events: Iterable[Event | Recorded]) -> list[dict[str, Any]]:
 
 
 def usage_from_events(events: Sequence[Event | Recorded]) -> SoloUsage | None:
-    """The seed's usage figures from an attempt's ingested events (None: no stdout, or a
+    """The reference's usage figures from an attempt's ingested events (None: no stdout, or a
     figure out of bounds: see :func:`checked_usage`)."""
     return checked_usage(events)[0]
 
@@ -187,7 +187,7 @@ def stream_rejections(objects: Iterable[Any]) -> list[RejectedFigure]:
 def checked_usage(
     events: Sequence[Event | Recorded],
 ) -> tuple[SoloUsage | None, list[RejectedFigure]]:
-    """The seed's usage figures from an attempt's ingested events, when every step's
+    """The reference's usage figures from an attempt's ingested events, when every step's
     figures are within bounds; else None and the figures that are not (evidence). None
     with nothing rejected: the run had no stdout."""
     lines = [item.event if isinstance(item, Recorded) else item for item in events]

@@ -1,4 +1,4 @@
-"""The isolated cell environment (the seed's prepareIsolatedCellEnvironment).
+"""The isolated cell environment (the reference's prepareIsolatedCellEnvironment).
 
 Each cell gets private CLI state, caches, temp files and Python installs under its run dir:
 HOME, the XDG base dirs, XDG_RUNTIME_DIR, TMPDIR and PYTHONUSERBASE all point there (mode
@@ -30,7 +30,7 @@ REMOVED_VARS: tuple[str, ...] = (
     "PYTHONNOUSERSITE",
 )
 
-# Set in addition to the seed (facts/opencode.md §4-5): no models.dev refresh, no update check.
+# Set in addition to the reference (facts/opencode.md §4-5): no models.dev refresh, no update check.
 OPENCODE_OFFLINE_FLAGS: dict[str, str] = {
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
     "OPENCODE_DISABLE_AUTOUPDATE": "1",
@@ -145,7 +145,7 @@ def cell_env(
 ) -> dict[str, str]:
     """The cell's environment: ``base_env`` with the private paths set and REMOVED_VARS gone.
 
-    ``fallback_home`` stands in for the ambient home when ``base_env`` has no HOME (the seed
+    ``fallback_home`` stands in for the ambient home when ``base_env`` has no HOME (the reference
     uses the OS's idea of the user's home).
     """
     env = dict(base_env)
@@ -180,7 +180,7 @@ def resolve_config_text(
     fallback_home: str,
     read: Callable[[str], bytes | None],
 ) -> tuple[bytes, str]:
-    """(config bytes, source): OPENCODE_CONFIG_CONTENT if set (even empty, as the seed),
+    """(config bytes, source): OPENCODE_CONFIG_CONTENT if set (even empty, as the reference),
     else the first readable candidate file, else ``{}``."""
     inline = base_env.get("OPENCODE_CONFIG_CONTENT")
     if inline is not None:

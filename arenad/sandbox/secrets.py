@@ -1,7 +1,7 @@
 """The secrets wrapper and the verify gate's secret stripping.
 
 Model-touching children run as ``<wrapper> -f <file>… -- bash -c <auth bootstrap + script>``
-with cwd = the secrets dir (the seed's dotenvxBash; wrapper default ``dotenvx run``). arenad
+with cwd = the secrets dir (the reference's dotenvxBash; wrapper default ``dotenvx run``). arenad
 handles env *names* and file *names* only: it never opens an env file or the auth file — the
 key values are expanded inside the wrapper's child.
 """
@@ -16,7 +16,7 @@ from typing import NamedTuple
 from events.specs import SecretsSpec
 
 # Inside the wrapper's child: hand opencode the ambient auth.json's content (the cell's HOME
-# is private, so opencode would not find it otherwise). Exact text of the seed.
+# is private, so opencode would not find it otherwise). Exact text of the reference.
 AUTH_BOOTSTRAP = "\n".join(
     [
         'if [ -n "${SWE_ARENA_OPENCODE_AUTH_FILE:-}" ] && [ -r "$SWE_ARENA_OPENCODE_AUTH_FILE" ];'

@@ -1,20 +1,20 @@
-"""Patch extraction, as the seed's, through the daemon's own git (no agent config, no climb).
+"""Patch extraction, as the reference's, through the daemon's own git (no agent config, no climb).
 
-The seed ran ``git -C ws add -A`` then ``git -C ws diff --cached <base> -- . <excludes…>
+The reference ran ``git -C ws add -A`` then ``git -C ws diff --cached <base> -- . <excludes…>
 ':(exclude,glob).loops/**' ':(exclude,glob)**/.loops/**'``: test files and the supervisor's
 own ``.loops`` state never reach the patch. Here the same two commands run on the cell's
 sealed git root (:mod:`arenad.materialize.seal`): its own git dir and private index (the
 workspace's index as the daemon left it), with ``ws`` as the work tree, hardened
 (:mod:`arenad.materialize.gitsafe`), after the base's tree is read back. The agent's
 ``ws/.git`` is never read, so nothing it holds runs, redirects or changes the patch; on a
-workspace whose ``.git`` is intact the bytes are the seed's.
+workspace whose ``.git`` is intact the bytes are the reference's.
 
 Staging is limited to the same pathspec as the diff (what it leaves out is never shown), so
 nested clones under ``.loops`` are not even hashed. Nested repositories elsewhere become
 gitlinks, which the diff leaves out (``--ignore-submodules=all``: git then never reads a
 ``.gitmodules``, which an agent could craft to make the diff fail); their paths come back in
 ``nested_repos``, a labelled gap. The diff goes straight to the patch file (no in-memory
-cap); its line count follows the seed's patchLineCount. Its head (up to
+cap); its line count follows the reference's patchLineCount. Its head (up to
 ``keep_bytes``) comes back with it, for the log (:mod:`arenad.verdict.excerpt`), after the
 list of every file in it (:mod:`arenad.verdict.patch_files`).
 """
@@ -55,7 +55,7 @@ LOOPS_EXCLUDES: tuple[str, ...] = (
     ":(exclude,glob).agent/**",
     ":(exclude,glob)**/.agent/**",
 )
-# The seed's diff, made independent of any driver or submodule config.
+# The reference's diff, made independent of any driver or submodule config.
 DIFF_FLAGS: tuple[str, ...] = (
     "--no-ext-diff",
     "--no-textconv",
@@ -88,7 +88,7 @@ def exclude_pathspec(pattern: str) -> str:
 
 
 def pathspec(excludes: Iterable[str]) -> list[str]:
-    """The seed's pathspec: everything but the excludes and the supervisor's ``.loops``."""
+    """The reference's pathspec: everything but the excludes and the supervisor's ``.loops``."""
     return [".", *(exclude_pathspec(p) for p in excludes), *LOOPS_EXCLUDES]
 
 
@@ -97,7 +97,7 @@ def diff_args(base: str, excludes: Iterable[str]) -> list[str]:
 
 
 def patch_line_count(patch: bytes | str) -> int:
-    """Lines in the patch, not counting an empty line after a final newline (the seed's)."""
+    """Lines in the patch, not counting an empty line after a final newline (the reference's)."""
     data = patch.encode("utf-8") if isinstance(patch, str) else patch
     if not data:
         return 0

@@ -4,7 +4,7 @@ with ``verify_in = "workspace"``), provider secrets stripped, confined to the sa
 
 A test must not pass only because a key leaked in, so the gate's env loses every provider
 secret *name* (arenad.sandbox.secrets). Output goes to ``verify.log``: stdout, then stderr, as
-the seed writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
+the reference writes it. pass = exit 0; a timeout is rc 124 and never a pass, an abort rc 130.
 The log's tail (up to ``keep_bytes``) comes back with the result, for the log
 (:mod:`arenad.verdict.excerpt`).
 """

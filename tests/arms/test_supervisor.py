@@ -124,7 +124,7 @@ def test_a_store_init_that_fails_is_reported_and_the_driver_still_runs(tmp_path:
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     err = (run_dir / "driver.err").read_text()
     assert f"{STORE_INIT_FAILED} (exit 127)" in err
-    # The seed's one driver.log: stdout then stderr, joined once the run ended.
+    # The reference's one driver.log: stdout then stderr, joined once the run ended.
     out = (run_dir / "driver.out").read_bytes()
     assert (run_dir / "driver.log").read_bytes() == out + err.encode()
     # Nothing created the store (the stand-in's workers here run no opencode): a gap.

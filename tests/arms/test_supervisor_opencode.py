@@ -190,7 +190,7 @@ def _clones(run_dir: Path) -> list[str]:
 
 
 def _store_worker_spend(run_dir: Path, cwds: list[str]) -> tuple[int, int, int, int, set[str]]:
-    """The seed's recoverSupSpend query on the cell's opencode store, opened read-only here:
+    """The reference's recoverSupSpend query on the cell's opencode store, opened read-only here:
     (sessions, Σ tokens_input, Σ tokens_output + tokens_reasoning, Σ tokens_output, ids)."""
     db = run_dir / "xdg" / "data" / "opencode" / "opencode.db"
     marks = ",".join("?" * len(cwds))
@@ -272,7 +272,7 @@ def test_two_real_opencode_workers(
     assert all(c.purpose == "worker" and c.messages and c.parts for c in captured)
     assert not any(isinstance(e, WorkerCwdUnmatched) for e in capture)
 
-    # result.json: the seed's SupervisorArmResult fields, from events only.
+    # result.json: the reference's SupervisorArmResult fields, from events only.
     state = json.loads((sup / "state.json").read_text())
     started = _one(cell, ev.RunStarted)
     provenance = _one(cell, ev.ProvenanceRecorded)

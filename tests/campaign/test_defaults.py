@@ -63,7 +63,7 @@ def test_file_defaults_are_the_spec_defaults(
             continue
         file_value, spec_value = file_defaults[name], spec_defaults[name]
         if file_type is files.CampaignFile and name == "excludes":
-            # None in the file means "the seed's list", which is the spec's default.
+            # None in the file means "the reference's list", which is the spec's default.
             assert file_value is None and spec_value == list(specs.DEFAULT_EXCLUDES)
             continue
         assert file_value == spec_value, f"{file_type.__name__}.{name}"

@@ -540,7 +540,7 @@ def test_a_filter_that_matches_nothing_exits_2(tmp_path: Path) -> None:
 
 
 def test_an_empty_excludes_list_is_refused_in_one_line(tmp_path: Path) -> None:
-    # The seed's loadExcludes throws on an empty list: the test files would be in the patch.
+    # The reference's loadExcludes throws on an empty list: the test files would be in the patch.
     path = write(tmp_path, GOOD.replace('name = "c1"', 'name = "c1"\nexcludes = []'))
     with pytest.raises(CampaignError) as err:
         load_campaign(path)

@@ -1,4 +1,4 @@
-"""Supervisor figures folded over ingested journal lines: the seed's label cut, and which
+"""Supervisor figures folded over ingested journal lines: the reference's label cut, and which
 labels an event can hold."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_subtask_labels_are_cut_at_100_utf16_units_like_the_seed() -> None:
 
 def test_a_label_an_event_cannot_hold_is_left_to_the_fold() -> None:
     split = figures.summarize(_journal("a" * 99 + "😀")).subtasks
-    assert split == ["a" * 99 + "\ud83d"]  # the seed's cut: a lone high surrogate
+    assert split == ["a" * 99 + "\ud83d"]  # the reference's cut: a lone high surrogate
     assert not figures.storable(split)
     outcome = ev.SupervisorOutcome(
         attempt=1,

@@ -177,7 +177,7 @@ def test_two_instances_solo_real_opencode(
         materialized, verified, recovered = events[1], events[5], events[8]
         assert isinstance(materialized, ev.CellMaterialized)
         assert isinstance(verified, ev.CellVerified) and isinstance(recovered, ev.CellRecovered)
-        # The seed's solo identity (toArmIdentity), recorded with the start.
+        # The reference's solo identity (toArmIdentity), recorded with the start.
         assert events[2] == ev.ProvenanceRecorded(
             attempt=1, repo="opencode", commit="cli", env_knobs={"model": "scripted/fixer"}
         )

@@ -1,5 +1,5 @@
 """The image materializer against a real docker engine and the local SWE-bench's real
-images (skipped, saying why, without an engine), with the seed's stage labels."""
+images (skipped, saying why, without an engine), with the reference's stage labels."""
 
 from __future__ import annotations
 

@@ -101,9 +101,9 @@ def test_tree_spend_adds_every_descendant_once() -> None:
 def test_sup_spend_counts_sessions_in_the_worker_cwds() -> None:
     caps = [
         _cap("w1", directory="/c1", row=_columns(0, 100, 10, 5, 0, 0)),
-        # A subagent shares its parent's directory: the seed's SQL counts it.
+        # A subagent shares its parent's directory: the reference's SQL counts it.
         _cap("w1_sub", directory="/c1", parent="w1", row=_columns(0, 50, 5, 0, 0, 0)),
-        # A child elsewhere is captured for the tree but not counted by the seed.
+        # A child elsewhere is captured for the tree but not counted by the reference.
         _cap("w1_far", directory="/x", parent="w1", row=_columns(0, 1000, 1000, 0, 0, 0)),
         _cap("w2", directory="/c2", row=_columns(0, 1, 2, 3, 0, 0)),
     ]

@@ -1,4 +1,4 @@
-"""arenad.recovery.usage: the seed's parseOcUsage as a fold."""
+"""arenad.recovery.usage: the reference's parseOcUsage as a fold."""
 
 from __future__ import annotations
 

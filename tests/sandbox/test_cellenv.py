@@ -1,4 +1,4 @@
-"""arenad.sandbox.cellenv: the isolated cell environment (the seed's
+"""arenad.sandbox.cellenv: the isolated cell environment (the reference's
 prepareIsolatedCellEnvironment)."""
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_diff_args_are_the_seeds_made_inert() -> None:
 
 async def test_the_patch_is_the_seeds_bytes(tmp_path: Path) -> None:
     # On a workspace whose .git is intact, the sealed extraction gives the bytes of the
-    # seed's own commands (git -C ws add -A; git -C ws diff --cached base -- <pathspec>):
+    # reference's own commands (git -C ws add -A; git -C ws diff --cached base -- <pathspec>):
     # edits, a deletion, a rename, a mode change, a symlink, a binary file, excluded files.
     repo = make_repo(tmp_path / "src")
     _write(repo.path, "moved_from.py", "".join(f"line {i}\n" for i in range(40)))
@@ -264,7 +264,7 @@ class _Scene:
         }
 
     def seeds_patch(self, ws: Path, *, ignore_submodules: bool) -> bytes:
-        """The seed's commands on the same files with a pristine ws/.git: the reference."""
+        """The reference's commands on the same files with a pristine ws/.git: the reference."""
         dotgit = ws / ".git"
         if dotgit.is_dir() and not dotgit.is_symlink():
             shutil.rmtree(dotgit)
@@ -303,5 +303,5 @@ async def test_a_hostile_workspace_runs_nothing_and_reaches_nothing(
     else:
         assert got.tampered == []
     assert got.patch.nested_repos == (["sub"] if attack in NESTED else [])
-    # The same files with a pristine ws/.git, through the seed's commands: the same bytes.
+    # The same files with a pristine ws/.git, through the reference's commands: the same bytes.
     assert patch == scene.seeds_patch(ws, ignore_submodules=attack in NESTED)
