@@ -17,6 +17,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -25,6 +26,7 @@ from arenad.errors import UserError
 from arenad.readmodels.cells import CellsProjector
 from arenad.store.faults import FaultPlan
 from arenad.store.sqlite import SqliteEventStore, Synchronous
+from events.specs import CellSpec
 
 DB_NAME = "arenad.db"
 
@@ -57,6 +59,24 @@ class Home(msgspec.Struct, frozen=True):
             / "patches"
             / f"{instance_id}.{arm.lower()}.patch"
         )
+
+    def attempt_paths(self, spec: CellSpec, attempt: int) -> AttemptPaths:
+        """A cell attempt's three places, computed from its spec in one spot."""
+        where = (spec.campaign, spec.rep, attempt, spec.instance.instance_id, spec.arm.name)
+        return AttemptPaths(
+            run_dir=self.run_dir(*where),
+            git_root=self.git_root(*where),
+            patch_path=self.patch_path(*where),
+        )
+
+
+class AttemptPaths(NamedTuple):
+    """Where one attempt of a cell lives: its run dir (the agent's), the daemon's git state
+    for it, and its stored patch."""
+
+    run_dir: Path
+    git_root: Path
+    patch_path: Path
 
 
 def resolve_home(option: str | None) -> Home:

@@ -56,7 +56,7 @@ from arenad.clock import Clock, wait_for_event
 from arenad.daemon import stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwritable
-from arenad.home import Home
+from arenad.home import AttemptPaths, Home
 from arenad.ingest import fold_positions
 from arenad.materialize import MaterializeError, Seal
 from arenad.runs import cgroups, groups
@@ -278,11 +278,8 @@ class CellRunner:
     async def _site(self, state: CellState) -> Site:
         return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
-    def _run_dir(self, state: CellState) -> Path:
-        spec = state.spec
-        return self.config.home.run_dir(
-            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
-        )
+    def _paths(self, state: CellState) -> AttemptPaths:
+        return self.config.home.attempt_paths(state.spec, state.attempt)
 
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
@@ -306,11 +303,7 @@ class CellRunner:
     # -- steps -------------------------------------------------------------------
 
     async def materialize(self, state: CellState) -> None:
-        run_dir = self._run_dir(state)
-        spec = state.spec
-        git_root = self.config.home.git_root(
-            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
-        )
+        run_dir, git_root, _ = self._paths(state)
         site = await self._site(state)
         try:
             async with stalls.reported(self.cell_id, "materialize"):
@@ -700,9 +693,7 @@ class CellRunner:
             stopped = budget_stop(stream_objects(ingested, "gateway"))
             if stopped is not None:
                 outcome = Outcome(scored=False, not_scored_reason=stopped)
-        patch_path = self.config.home.patch_path(
-            spec.campaign, spec.rep, state.attempt, spec.instance.instance_id, spec.arm.name
-        )
+        patch_path = self._paths(state).patch_path
         try:
             async with stalls.reported(self.cell_id, "patch"):
                 extraction = await site.call(
