@@ -345,7 +345,8 @@ def _assert_ledger_lines(
     assert sup_line["policy"] == {
         "harness": "pi-loops",
         "harness_version": None,
-        "model": "driver",
+        # The reference's resolvedModel: the worker model, not the driver's (finding 9).
+        "model": "worker",
         "provider": "scripted",
         "profile_commit": commit,
         "sampling": None,
