@@ -74,6 +74,10 @@ def test_the_page_data_of_a_recovered_cell(home: Path) -> None:
     assert tags[0] == "cell.submitted" and "capture.opencode-session" in tags
     assert "cell.patch-captured" in tags and "ingest.line" not in tags
     assert [r.seq for r in view.timeline] == sorted(r.seq for r in view.timeline)
+    # The solo run's usage figures, as the reference's result.json has them (finding 9).
+    page = cell_page(view)
+    assert "<th>largest context</th><td>1234</td>" in page
+    assert "<th>total tokens</th><td>1670</td>" in page and "<th>steps</th><td>3</td>" in page
 
 
 def test_every_hostile_string_is_escaped_on_the_page(home: Path) -> None:

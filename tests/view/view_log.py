@@ -171,6 +171,17 @@ def view_requests() -> list[list[AppendRequest]]:
                         spend=ev.SpendFigures(
                             sessions=1, tokens_in=1600, tokens_out=70, cost_usd=0.0125
                         ),
+                        usage=ev.SoloUsage(
+                            steps=3,
+                            tokens_in=1600,
+                            tokens_out=70,
+                            reasoning=0,
+                            cache_w=0,
+                            cache_r=0,
+                            max_ctx=1234,
+                            oc_cost=0.0125,
+                            total_io=1670,
+                        ),
                     ),
                 ],
             ),
