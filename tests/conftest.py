@@ -6,6 +6,7 @@ import fcntl
 import itertools
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -21,6 +22,14 @@ settings.register_profile("arenad", deadline=None, suppress_health_check=[Health
 settings.load_profile("arenad")
 
 pytest_plugins = ["tests.opencode_support", "tests.ray_support"]
+
+# The tests interrupt daemons and commands as a terminal's Ctrl-C would. A suite started as
+# a background job (`scripts/test &`, nohup, some CI runners) inherits SIGINT *ignored*
+# (POSIX, for asynchronous lists), and an ignored signal stays ignored across exec: every
+# arenad the tests start would then ignore their interrupts. A handled one is reset to the
+# default in a child, so the children get a terminal's Ctrl-C whatever started the suite.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # -- test order: a hint to pytest-xdist's scheduler --------------------------------------
 # `--dist worksteal` hands each of N workers one contiguous Nth of the collection, then
