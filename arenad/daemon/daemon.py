@@ -388,9 +388,14 @@ class Daemon:
         return cap_in_force(self.budgets.get(campaign), self.options.max_usd)
 
     def _cap_and_spent(self, campaign: str) -> tuple[float, float] | None:
-        """The cap in force and the spend of record, for the gateway's grant (None: no cap)."""
+        """The cap in force and the spend of record, for the gateway's grant: only for a
+        campaign whose cap aborts running cells (``abort_running``). Otherwise the cap
+        stops new cells and a running one finishes, so the gateway must not cut it off."""
+        budget = self.budgets.get(campaign)
         cap = self._cap(campaign)
-        return None if cap is None else (cap[0], self.spend.campaign(campaign).spent_usd)
+        if cap is None or budget is None or not budget.abort_running:
+            return None
+        return cap[0], self.spend.campaign(campaign).spent_usd
 
     def _at_cap(self, campaign: str) -> bool:
         """The spend reached the cap in force, or the log says it did: only a new cap lets
