@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -81,12 +83,17 @@ def tiny_inotify_queue(size: int = 4) -> Iterator[None]:
     sysctl is read when an instance is made): make the instance, then leave at once, so
     other tests' instances made meanwhile are hardly ever affected. Skips where the sysctl
     cannot be written (not root, or a read-only /proc)."""
-    try:
-        before = MAX_QUEUED_EVENTS.read_text()
-        MAX_QUEUED_EVENTS.write_text(f"{size}\n")
-    except OSError as exc:
-        pytest.skip(f"cannot lower fs.inotify.max_queued_events: {exc}")
-    try:
-        yield
-    finally:
-        MAX_QUEUED_EVENTS.write_text(before)
+    # The sysctl is the machine's: two test workers lowering it at once would each restore
+    # what the other set (one of them then gets a normal queue and no overflow, or the
+    # machine keeps the tiny one). One at a time, across processes.
+    with open(Path(tempfile.gettempdir()) / "arenad-tests-inotify-sysctl.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            before = MAX_QUEUED_EVENTS.read_text()
+            MAX_QUEUED_EVENTS.write_text(f"{size}\n")
+        except OSError as exc:
+            pytest.skip(f"cannot lower fs.inotify.max_queued_events: {exc}")
+        try:
+            yield
+        finally:
+            MAX_QUEUED_EVENTS.write_text(before)
