@@ -35,9 +35,9 @@ import msgspec
 from arenad.app.control import RETRY_WHERE, RetryWhere, retry_matches
 from arenad.cell.machine import CellState, CellStatus
 from arenad.cell.writer import CellMovedOn, CellWriter
+from arenad.daemon.runner import recorded_seal
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.materialize.seal import Seal
 from arenad.readmodels.view import cells_view
 from arenad.report.project import cell_outcome
 from arenad.sandbox.confine import CellSandbox
@@ -60,20 +60,6 @@ class Regraded(msgspec.Struct, frozen=True, kw_only=True):
     verify_rc: int | None = None
 
 
-def _seal(state: CellState) -> Seal | None:
-    m = state.materialized
-    if m is None or m.git_root is None or m.base_tree is None:
-        return None
-    return Seal(
-        root=m.git_root,
-        workspace=m.workspace,
-        base=state.spec.instance.base_commit,
-        base_tree=m.base_tree,
-        ws_identity=m.ws_identity,
-        dotgit_identity=m.dotgit_identity,
-    )
-
-
 def why_not(state: CellState) -> str | None:
     """Why this cell cannot be re-graded (None: it can). Reads the stored patch's bytes."""
     if state.status != CellStatus.RECOVERED:
@@ -83,7 +69,7 @@ def why_not(state: CellState) -> str | None:
         return "has no verdict to replace"
     if verified.patch_path is None:
         return "has no stored patch"
-    if _seal(state) is None or state.run_dir is None:
+    if recorded_seal(state) is None or state.run_dir is None:
         return "has no seal of its base (a workspace made before seals)"
     try:
         data = Path(verified.patch_path).read_bytes()
@@ -154,7 +140,7 @@ async def _regrade(
             home_root=str(home.root),
             secrets_dir=secrets.dir if secrets is not None else None,
         ),
-        seal=_seal(state),
+        seal=recorded_seal(state),
         patch_path=verified.patch_path,
         base_env=base_env,
     )

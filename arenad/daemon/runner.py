@@ -702,7 +702,7 @@ class CellRunner:
                     spec.instance.base_commit,
                     list(spec.excludes),
                     str(patch_path),
-                    _seal(state),
+                    recorded_seal(state),
                 )
         except Exception as exc:
             await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
@@ -723,7 +723,7 @@ class CellRunner:
             workspace=str(ctx.workspace),
             env=ctx.env,
             sandbox=ctx.sandbox,
-            seal=_seal(state),
+            seal=recorded_seal(state),
             patch_path=str(patch_path) if patch is not None else None,
             base_env=dict(self.config.base_env),
         )
@@ -1018,7 +1018,7 @@ class _IngestedReader:
         return self._events
 
 
-def _seal(state: CellState) -> Seal | None:
+def recorded_seal(state: CellState) -> Seal | None:
     """The workspace's seal as its CellMaterialized recorded it (None: made before seals)."""
     m = state.materialized
     if m is None or m.git_root is None or m.base_tree is None:
