@@ -173,6 +173,18 @@ def next_status(status: CellStatus | None, tag: str) -> CellStatus | None:
     return None
 
 
+def refusal(state: CellState, tag: str) -> str | None:
+    """Why ``tag`` is refused in ``state`` although its status allows it; None if it is not.
+
+    The one rule the status table cannot state, because it needs a fact of the attempt:
+    an aborted run's spend is recovered without a verdict only when the run was
+    interrupted (an agent's own abort is verified first). Stated here once, for ``apply``
+    and for whoever asks whether an event is legal before appending it."""
+    if tag == "cell.recovered" and state.status == S.ABORTED and state.interrupted is None:
+        return "a run that was not interrupted"
+    return None
+
+
 def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
     """Fold one event into a cell's state. Raises IllegalTransition, never guesses."""
     tag = event_tag(event)
@@ -201,8 +213,9 @@ def apply(state: CellState | None, event: Event, at_ms: int) -> CellState:
         raise IllegalTransition(
             before, f"{tag} (attempt {attempt}, current {state.attempt})", state.cell_id
         )
-    if tag == "cell.recovered" and before == S.ABORTED and state.interrupted is None:
-        raise IllegalTransition(before, f"{tag} (a run that was not interrupted)", state.cell_id)
+    why = refusal(state, tag)
+    if why is not None:
+        raise IllegalTransition(before, f"{tag} ({why})", state.cell_id)
     changes = _changes(state, event, at_ms)
     return msgspec.structs.replace(
         state, status=after, version=state.version + 1, updated_at_ms=at_ms, **changes

@@ -19,6 +19,7 @@ from arenad.cell.machine import (
     apply,
     fold,
     next_status,
+    refusal,
 )
 from arenad.errors import IllegalTransition
 from arenad.readmodels.cells import decode_state, row_of
@@ -135,7 +136,10 @@ def test_every_state_event_pair(status: CellStatus | None, kind: type[Event]) ->
         with pytest.raises(IllegalTransition, match="not interrupted"):
             apply(state, event, 99_999)
         assert state is not None
+        # The same rule, asked before appending (the property tests below rely on it).
+        assert refusal(state, tag) == "a run that was not interrupted"
         state = msgspec.structs.replace(state, interrupted="shutdown")
+        assert refusal(state, tag) is None
     assert next_status(status, tag) == after
     if after is None:
         with pytest.raises(IllegalTransition) as caught:
@@ -286,8 +290,13 @@ def run_steps(
             new = apply(state, event, now)
         except IllegalTransition:
             refused += 1
-            # Refused only when the table forbids it or the attempt is not the one due.
-            assert next_status(before, tag) is None or not due
+            # Refused only when the table forbids it, the attempt is not the one due, or
+            # the state's one extra rule (refusal) says why.
+            assert (
+                next_status(before, tag) is None
+                or not due
+                or (state is not None and refusal(state, tag) is not None)
+            )
             continue
         assert due
         assert new.status == next_status(before, tag)
