@@ -25,9 +25,10 @@ TOKEN_PREFIX = "agw-"
 
 
 class Upstream(msgspec.Struct, frozen=True, kw_only=True):
-    """Where calls are forwarded: ``base_url`` ends where ``/chat/completions`` is appended
-    (``http://host:port/v1``). The key is found by name at call time: ``key_env`` in the
-    gateway's own environment, else the first line of ``key_file``; neither: no key sent."""
+    """Where calls are forwarded: ``base_url`` ends where the wire's path (``/chat/completions``,
+    ``/responses``, ``/messages``) is appended (``http://host:port/v1``). The key is found by
+    name at call time: ``key_env`` in the gateway's own environment, else the first line of
+    ``key_file``; neither: no key sent."""
 
     base_url: str
     key_env: str | None = None
@@ -41,7 +42,9 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
     # is the key: the file is read here, never shown to the cell.
     auth_file: str | None = None
     auth_provider: str | None = None
-    auth: Literal["bearer", "x-api-key"] = "bearer"
+    # The header the key goes in; None: the style of the call's wire format (``Authorization:
+    # Bearer`` for OpenAI's, ``x-api-key`` for Anthropic's; arenad.gateway.protocols).
+    auth: Literal["bearer", "x-api-key"] | None = None
 
 
 class Price(msgspec.Struct, frozen=True, kw_only=True):

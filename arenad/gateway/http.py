@@ -25,6 +25,7 @@ REASONS = {
     502: "Bad Gateway",
     503: "Service Unavailable",
     504: "Gateway Timeout",
+    529: "Overloaded",
 }
 # Never relayed: they describe one hop's connection and framing, which the gateway redoes.
 HOP_HEADERS = frozenset(

@@ -25,7 +25,8 @@ import msgspec
 from arenad.gateway.grants import Price
 
 EMPTY_CHAIN = hashlib.sha256(b"").hexdigest()
-# Request keys that shape sampling (recorded as given; everything else is the prompt or tools).
+# Chat-completions request keys that shape sampling (recorded as given; everything else is the
+# prompt or tools). Each wire format names its own (arenad.gateway.protocols).
 SAMPLING_KEYS = (
     "temperature",
     "top_p",
@@ -87,25 +88,9 @@ class Usage(msgspec.Struct, kw_only=True):
         return self.input + self.output + self.reasoning + self.cache_read + self.cache_write
 
 
-def _int(value: Any) -> int:
+def count(value: Any) -> int:
+    """A token count from hostile JSON: a positive int, else 0 (never negative, never a bool)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def openai_usage(raw: Mapping[str, Any]) -> Usage:
-    prompt = _int(raw.get("prompt_tokens"))
-    completion = _int(raw.get("completion_tokens"))
-    pdetails = raw.get("prompt_tokens_details") or {}
-    cdetails = raw.get("completion_tokens_details") or {}
-    cache_read = _int(pdetails.get("cached_tokens")) if isinstance(pdetails, dict) else 0
-    cache_write = _int(pdetails.get("cache_write_tokens")) if isinstance(pdetails, dict) else 0
-    reasoning = _int(cdetails.get("reasoning_tokens")) if isinstance(cdetails, dict) else 0
-    return Usage(
-        input=max(prompt - cache_read - cache_write, 0),
-        output=max(completion - reasoning, 0),
-        reasoning=reasoning,
-        cache_read=cache_read,
-        cache_write=cache_write,
-    )
 
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:
@@ -120,8 +105,12 @@ def cost_usd(usage: Usage, price: Price | None) -> float | None:
     ) / 1e6
 
 
-class ChatResult:
-    """A chat-completions response folded from one JSON body or a stream of SSE chunks."""
+class Result:
+    """One answer folded from a JSON body or from SSE events: what every wire format's fold
+    (:mod:`arenad.gateway.protocols`) fills in, and the record's ``response`` made of it.
+
+    ``ended``: the stream carried its wire's end (an answer cut short without it is an
+    upstream error); ``stream_error``: the upstream reported an error inside a 200 stream."""
 
     def __init__(self) -> None:
         self.id: str | None = None
@@ -136,73 +125,12 @@ class ChatResult:
         self.logprobs: list[dict[str, Any]] | None = None
         self.chunks = 0
         self.malformed = 0
-
-    def _choice(self, choice: Mapping[str, Any], part_key: str) -> None:
-        part = choice.get(part_key)
-        if isinstance(part, dict):
-            if isinstance(part.get("content"), str):
-                self.content.append(part["content"])
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(part.get(key), str):
-                    self.reasoning.append(part[key])
-            for call in part.get("tool_calls") or []:
-                if not isinstance(call, dict):
-                    continue
-                index = call.get("index", len(self.tool_calls))
-                slot = self.tool_calls.setdefault(
-                    index if isinstance(index, int) else len(self.tool_calls),
-                    {"id": None, "name": None, "arguments": ""},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if isinstance(fn, dict):
-                    if fn.get("name"):
-                        slot["name"] = fn["name"]
-                    if isinstance(fn.get("arguments"), str):
-                        slot["arguments"] += fn["arguments"]
-        if choice.get("finish_reason"):
-            self.finish_reason = str(choice["finish_reason"])
-        ids = choice.get("token_ids")
-        if isinstance(ids, list):
-            self.completion_token_ids = (self.completion_token_ids or []) + [
-                i for i in ids if isinstance(i, int)
-            ]
-        prompt_ids = choice.get("prompt_token_ids")
-        if isinstance(prompt_ids, list):
-            self.prompt_token_ids = [i for i in prompt_ids if isinstance(i, int)]
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-            out = self.logprobs if self.logprobs is not None else []
-            for entry in logprobs["content"]:
-                if isinstance(entry, dict):
-                    item: dict[str, Any] = {
-                        "token": entry.get("token"),
-                        "logprob": entry.get("logprob"),
-                    }
-                    if entry.get("top_logprobs"):
-                        item["top"] = [
-                            {"token": t.get("token"), "logprob": t.get("logprob")}
-                            for t in entry["top_logprobs"]
-                            if isinstance(t, dict)
-                        ]
-                    out.append(item)
-            self.logprobs = out
+        self.ended = False
+        self.stream_error: str | None = None
 
     def add(self, obj: Mapping[str, Any], *, streamed: bool) -> None:
-        self.chunks += 1
-        if isinstance(obj.get("id"), str):
-            self.id = obj["id"]
-        if isinstance(obj.get("model"), str):
-            self.model = obj["model"]
-        prompt_ids = obj.get("prompt_token_ids")
-        if isinstance(prompt_ids, list):
-            self.prompt_token_ids = [i for i in prompt_ids if isinstance(i, int)]
-        for choice in obj.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                self._choice(choice, "delta" if streamed else "message")
-        if isinstance(obj.get("usage"), dict):
-            self.usage = openai_usage(obj["usage"])
+        """Fold one JSON body (``streamed=False``) or one streamed event's data."""
+        raise NotImplementedError
 
     def add_sse(self, events: Iterable[bytes]) -> None:
         for event in events:
@@ -210,7 +138,10 @@ class ChatResult:
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == b"[DONE]" or not data:
+                if data == b"[DONE]":
+                    self.ended = True
+                    continue
+                if not data:
                     continue
                 try:
                     obj = msgspec.json.decode(data)
@@ -218,7 +149,41 @@ class ChatResult:
                     self.malformed += 1
                     continue
                 if isinstance(obj, dict):
+                    self.chunks += 1
                     self.add(obj, streamed=True)
+
+    def tool_slot(self, index: int) -> dict[str, Any]:
+        return self.tool_calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
+
+    def add_logprobs(self, entries: Any) -> None:
+        """OpenAI's chosen-token logprobs (``[{token, logprob, top_logprobs}]``), appended."""
+        if not isinstance(entries, list):
+            return
+        out = self.logprobs if self.logprobs is not None else []
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            item: dict[str, Any] = {"token": entry.get("token"), "logprob": entry.get("logprob")}
+            if entry.get("top_logprobs"):
+                item["top"] = [
+                    {"token": t.get("token"), "logprob": t.get("logprob")}
+                    for t in entry["top_logprobs"]
+                    if isinstance(t, dict)
+                ]
+            out.append(item)
+        self.logprobs = out
+
+    def usage_json(self) -> dict[str, int] | None:
+        u = self.usage
+        if u is None:
+            return None
+        return {
+            "input": u.input,
+            "output": u.output,
+            "reasoning": u.reasoning,
+            "cache_read": u.cache_read,
+            "cache_write": u.cache_write,
+        }
 
     def response(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -251,21 +216,25 @@ class SseSplitter:
         return [rest] if rest.strip() else []
 
 
-def request_part(body: Mapping[str, Any], known: set[str]) -> tuple[dict[str, Any], str]:
-    """The request's record (only the new messages) and its prompt hash."""
-    messages = body.get("messages")
-    messages = messages if isinstance(messages, list) else []
+def request_part(
+    body: Mapping[str, Any],
+    messages: Sequence[Any],
+    known: set[str],
+    sampling_keys: Iterable[str] = SAMPLING_KEYS,
+) -> tuple[dict[str, Any], str]:
+    """The request's record (only the new ``messages`` of its prompt, as its wire format
+    lists them) and its prompt hash."""
     prefix_len, prefix_hash, prompt_hash = split_prompt(messages, known)
     part: dict[str, Any] = {
         "model": body.get("model"),
         "stream": bool(body.get("stream")),
-        "sampling": {k: body[k] for k in SAMPLING_KEYS if k in body},
+        "sampling": {k: body[k] for k in sampling_keys if k in body},
         "tools_digest": tools_digest(body.get("tools")),
         "n_messages": len(messages),
         "prefix_len": prefix_len,
         "prefix_hash": prefix_hash,
         "prompt_hash": prompt_hash,
-        "new_messages": messages[prefix_len:],
+        "new_messages": list(messages[prefix_len:]),
     }
     return part, prompt_hash
 

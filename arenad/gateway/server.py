@@ -3,18 +3,21 @@
 ``python -m arenad.gateway --home HOME [--port N]`` serves until SIGTERM/SIGINT on
 ``<home>/gateway/gw.sock`` and on 127.0.0.1 (the bound port goes to ``<home>/gateway/port``).
 
-Per call (``POST [/u/<upstream>]/v1/chat/completions``):
+Per call (``POST [/u/<upstream>]/v1/<path>``, one wire format per path, each a row of
+:mod:`arenad.gateway.protocols`: ``/chat/completions`` and ``/responses`` (OpenAI),
+``/messages`` (Anthropic)), with no branch on the wire format here:
 
 1. The bearer token (``Authorization`` or ``x-api-key``) names a grant
    (:mod:`arenad.gateway.grants`); none: 401, nothing forwarded.
 2. The attempt's caps (``max_usd``, ``max_tokens``) and the campaign's (``campaign_max_usd``)
    are checked against what this gateway has journaled for them plus, for each call still in
-   flight, a reservation the size of the attempt's largest call so far. Past a cap: 402 with an
-   OpenAI-style ``insufficient_quota`` error (a provider refusal opencode surfaces and does not
-   retry), journaled as a refused call. So spend overshoots a cap by at most one call.
+   flight, a reservation the size of the attempt's largest call so far. Past a cap: the wire's
+   refusal (402 with OpenAI's ``insufficient_quota`` error, a provider refusal opencode
+   surfaces and does not retry; 402 ``billing_error`` in Anthropic's shape), journaled as a
+   refused call. So spend overshoots a cap by at most one call.
 3. The body goes to the upstream unchanged, with the upstream's key (read by name here) in
-   place of the attempt's token; the answer is relayed as it arrives (SSE pieces unchanged)
-   while folded into the record (:mod:`arenad.gateway.record`).
+   place of the attempt's token, in the wire's auth header; the answer is relayed as it
+   arrives (SSE pieces unchanged) while folded into the record (:mod:`arenad.gateway.record`).
 4. Once the upstream is done (even if the agent hung up meanwhile: the call completes and is
    recorded) one line goes to ``calls.jsonl``, bounded like any ingested line.
 
@@ -41,9 +44,10 @@ from typing import Any
 
 import msgspec
 
-from arenad.gateway import grants, http, paths, record
+from arenad.gateway import grants, http, paths, protocols, record
 from arenad.gateway.grants import Grant
 from arenad.gateway.process import process_ticks
+from arenad.gateway.protocols import Protocol
 
 log = logging.getLogger("arenad.gateway")
 
@@ -52,8 +56,13 @@ CONNECT_S = 30.0
 IDLE_S = 600.0
 # How long the gateway outlives its daemon when nothing is in flight (a restart is quicker).
 ORPHAN_S = 30.0
-CHAT_PATH = "/chat/completions"
-_HEADERS_TO_UPSTREAM = ("accept", "content-type", "user-agent", "anthropic-version")
+_HEADERS_TO_UPSTREAM = (
+    "accept",
+    "content-type",
+    "user-agent",
+    "anthropic-version",
+    "anthropic-beta",
+)
 _SESSION_HEADERS = ("x-session-id", "session_id", "x-opencode-session", "x-arenad-session")
 
 
@@ -112,10 +121,6 @@ def refusal(grant: Grant, attempt: _Spend, campaign: _Spend) -> str | None:
     ):
         return f"the campaign's max_usd {grant.campaign_max_usd} is reached"
     return None
-
-
-def _error_body(message: str, kind: str, code: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
 
 
 class Gateway:
@@ -211,7 +216,8 @@ class Gateway:
                 try:
                     request = await http.read_request(reader)
                 except http.BadRequest as exc:
-                    await _answer(writer, exc.status, _error_body(exc.message, "invalid", "bad"))
+                    body = protocols.openai_error(exc.status, exc.message, "bad")
+                    await _answer(writer, exc.status, body)
                     return
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
@@ -243,23 +249,25 @@ class Gateway:
             _, _, rest = path.partition("/u/")
             upstream_name, _, tail = rest.partition("/")
             path = "/" + tail
-        if request.method != "POST" or path != "/v1" + CHAT_PATH:
-            await _answer(writer, 404, _error_body(f"no route {path}", "invalid", "not_found"))
+        protocol = protocols.for_path(path)
+        if request.method != "POST" or protocol is None:
+            await _answer(writer, 404, protocols.openai_error(404, f"no route {path}", "not_found"))
             return True
         token = _token(request.headers)
         grant = grants.load(self.home, grants.token_digest(token)) if token else None
         if grant is None:
-            await _answer(writer, 401, _error_body("unknown credential", "invalid", "auth"))
+            await _answer(writer, 401, protocol.error(401, "unknown credential", "auth"))
             return True
         upstream = grant.upstreams.get(upstream_name)
         if upstream is None:
-            body = _error_body(f"no upstream {upstream_name!r}", "invalid", "not_found")
+            body = protocol.error(404, f"no upstream {upstream_name!r}", "not_found")
             await _answer(writer, 404, body)
             return True
-        return await self._chat(request, writer, grant, upstream_name, upstream)
+        return await self._call(protocol, request, writer, grant, upstream_name, upstream)
 
-    async def _chat(
+    async def _call(
         self,
+        protocol: Protocol,
         request: http.Request,
         writer: asyncio.StreamWriter,
         grant: Grant,
@@ -273,12 +281,14 @@ class Gateway:
         except msgspec.DecodeError:
             body = None
         if not isinstance(body, dict):
-            await _answer(writer, 400, _error_body("body is not a JSON object", "invalid", "bad"))
+            await _answer(writer, 400, protocol.error(400, "body is not a JSON object", "bad"))
             return True
         key = _attempt_key(grant)
         attempt = self._attempt(grant)
         campaign = self._campaign(grant)
-        request_part, prompt_hash = record.request_part(body, attempt.known)
+        request_part, prompt_hash = record.request_part(
+            body, protocol.prompt(body), attempt.known, protocol.sampling
+        )
         entry: dict[str, Any] = {
             # The ingested line's kind (arenad.ingest.lines): what the spend fold counts.
             "type": "gateway.call",
@@ -289,7 +299,7 @@ class Gateway:
             "cell_id": grant.cell_id,
             "attempt": grant.attempt,
             "session": _session(request.headers, body),
-            "endpoint": "chat.completions",
+            "endpoint": protocol.endpoint,
             "upstream_name": upstream_name,
             "upstream_url": upstream.base_url,
             "started_at_ms": started_ms,
@@ -307,13 +317,14 @@ class Gateway:
                 latency_ms=round((time.monotonic() - t0) * 1000, 3),
             )
             self._journal(grant, entry)
-            await _answer(writer, 402, _error_body(message, "insufficient_quota", "budget"))
+            status = protocol.refusal
+            await _answer(writer, status, protocol.error(status, message, "budget"))
             return True
         attempt.in_flight += 1
         campaign.in_flight += 1
         attempt.known.add(prompt_hash)
         try:
-            keep, tail = await self._forward(request, writer, body, upstream, entry, t0)
+            keep, tail = await self._forward(protocol, request, writer, upstream, entry, t0)
         finally:
             attempt.in_flight -= 1
             campaign.in_flight -= 1
@@ -337,9 +348,9 @@ class Gateway:
 
     async def _forward(
         self,
+        protocol: Protocol,
         request: http.Request,
         writer: asyncio.StreamWriter,
-        body: dict[str, Any],
         upstream: grants.Upstream,
         entry: dict[str, Any],
         t0: float,
@@ -349,16 +360,16 @@ class Gateway:
         headers = [(n, request.headers[n]) for n in _HEADERS_TO_UPSTREAM if n in request.headers]
         secret = grants.upstream_key(upstream, self.environ)
         if secret is not None:
-            if upstream.auth == "bearer":
+            if (upstream.auth or protocol.auth) == "bearer":
                 headers.append(("Authorization", f"Bearer {secret}"))
             else:
                 headers.append(("x-api-key", secret))
-        result = record.ChatResult()
+        result = protocol.fold()
         client_ok = True
         try:
             response = await http.request_upstream(
                 upstream.base_url,
-                CHAT_PATH,
+                protocol.path,
                 request.body,
                 headers,
                 connect_s=CONNECT_S,
@@ -366,14 +377,10 @@ class Gateway:
             )
         except TimeoutError:
             self._failed(entry, t0, None, "timeout")
-            return True, _answer_bytes(
-                504, _error_body("upstream timed out", "upstream", "timeout")
-            )
+            return True, _answer_bytes(504, protocol.error(504, "upstream timed out", "timeout"))
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as exc:
             self._failed(entry, t0, None, f"refused: {type(exc).__name__}")
-            return True, _answer_bytes(
-                502, _error_body("upstream unreachable", "upstream", "refused")
-            )
+            return True, _answer_bytes(502, protocol.error(502, "upstream unreachable", "refused"))
         first_ms: float | None = None
         error: str | None = None
         raw = bytearray()
@@ -414,19 +421,14 @@ class Gateway:
         if response.status >= 400 and error is None:
             error = f"upstream {response.status}"
             entry["upstream_body"] = bytes(raw[:2048]).decode("utf-8", "replace")
+        elif error is None and result.stream_error is not None:
+            error = f"upstream error in its stream: {result.stream_error}"[:500]
+        elif error is None and streamed and not result.ended:
+            # A stream closed cleanly but without its wire's end: the answer is cut short.
+            error = "stream ended before its end event"
         entry["upstream"] = {"status": response.status, "error": error}
         entry["response"] = result.response()
-        entry["usage"] = (
-            None
-            if result.usage is None
-            else {
-                "input": result.usage.input,
-                "output": result.usage.output,
-                "reasoning": result.usage.reasoning,
-                "cache_read": result.usage.cache_read,
-                "cache_write": result.usage.cache_write,
-            }
-        )
+        entry["usage"] = result.usage_json()
         if result.prompt_token_ids is not None or result.completion_token_ids is not None:
             entry["token_ids"] = {
                 "prompt": result.prompt_token_ids,
