@@ -73,13 +73,18 @@ class RunningModel:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """The chat-completions request bodies received so far (live list)."""
+        """The request bodies received so far, of every endpoint (live list)."""
         return self._server.requests
 
     @property
     def authorizations(self) -> list[str | None]:
         """Each chat request's Authorization header (live list; in memory only)."""
         return self._server.authorizations
+
+    @property
+    def api_keys(self) -> list[str | None]:
+        """Each request's x-api-key header (live list; in memory only)."""
+        return self._server.api_keys
 
     @property
     def replies(self) -> list[Reply]:

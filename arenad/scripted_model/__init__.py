@@ -1,7 +1,8 @@
-"""A scripted OpenAI-compatible model server: the LLM test double and a dry-run model.
+"""A scripted model server: the LLM test double and a dry-run model.
 
 ``arenad scripted-model --script FILE`` serves a TOML script (format: ``script``) on
-``/v1/chat/completions``; ``opencode_config`` points opencode at it.
+``/v1/chat/completions``, ``/v1/responses`` (OpenAI) and ``/v1/messages`` (Anthropic);
+``opencode_config`` points opencode at it.
 """
 
 from arenad.scripted_model.opencode_config import opencode_config, opencode_config_for_script

@@ -22,6 +22,9 @@ Format (every key is checked; an unknown key is an error naming it and where it 
     completion_tokens = 50      #  100 / 20 / 0 / 0)
     cached_tokens = 0           # -> prompt_tokens_details.cached_tokens
     reasoning_tokens = 0        # -> completion_tokens_details.reasoning_tokens
+    cache_write_tokens = 0      # part of prompt_tokens written to the cache (Anthropic's
+                                # cache_creation_input_tokens; chat: prompt_tokens_details.
+                                # cache_write_tokens, sent only when > 0)
 
     [[models]]                  # at least one; GET /v1/models lists them
     id = "fixer"
@@ -115,6 +118,7 @@ class Usage(_Config, frozen=True):
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check_non_negative(
@@ -123,6 +127,7 @@ class Usage(_Config, frozen=True):
             completion_tokens=self.completion_tokens,
             cached_tokens=self.cached_tokens,
             reasoning_tokens=self.reasoning_tokens,
+            cache_write_tokens=self.cache_write_tokens,
         )
 
 
@@ -133,6 +138,7 @@ class ResolvedUsage(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int
     cached_tokens: int
     reasoning_tokens: int
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -310,6 +316,7 @@ def resolve_usage(base: ResolvedUsage, override: Usage | None) -> ResolvedUsage:
         completion_tokens=_pick(override.completion_tokens, base.completion_tokens),
         cached_tokens=_pick(override.cached_tokens, base.cached_tokens),
         reasoning_tokens=_pick(override.reasoning_tokens, base.reasoning_tokens),
+        cache_write_tokens=_pick(override.cache_write_tokens, base.cache_write_tokens),
     )
 
 
@@ -367,6 +374,12 @@ def _check_usage_consistency(script: Script, source: str) -> None:
         if usage.cached_tokens > usage.prompt_tokens:
             raise ScriptError(
                 f"{source}: cached_tokens ({usage.cached_tokens}) exceeds prompt_tokens "
+                f"({usage.prompt_tokens}) - at `{where}`"
+            )
+        if usage.cached_tokens + usage.cache_write_tokens > usage.prompt_tokens:
+            raise ScriptError(
+                f"{source}: cached_tokens + cache_write_tokens "
+                f"({usage.cached_tokens + usage.cache_write_tokens}) exceeds prompt_tokens "
                 f"({usage.prompt_tokens}) - at `{where}`"
             )
         if usage.reasoning_tokens > usage.completion_tokens:

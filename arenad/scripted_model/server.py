@@ -1,4 +1,4 @@
-"""The scripted OpenAI-compatible model server: asyncio streams, HTTP/1.1, stdlib only.
+"""The scripted model server (OpenAI- and Anthropic-compatible): asyncio streams, HTTP/1.1.
 
 Endpoints (everything else is a 404 JSON error):
 
@@ -8,6 +8,10 @@ Endpoints (everything else is a 404 JSON error):
   (``data: {chunk}\\n\\n`` ... ``data: [DONE]\\n\\n``, then the connection closes);
   ``stream: false`` (or absent) gets one chat.completion JSON on a keep-alive connection.
   A request for a model the script does not list gets 404 ``model_not_found``.
+* ``POST /v1/responses`` (OpenAI's responses, :mod:`arenad.scripted_model.responses`) and
+  ``POST /v1/messages`` (Anthropic's, :mod:`arenad.scripted_model.messages`): the same script
+  answers them, each request read as the chat history it carries; streamed as the wire's
+  typed events (``event:`` + ``data:``), errors in the wire's shape.
 
 Three ways to run it:
 
@@ -15,9 +19,9 @@ Three ways to run it:
 * :class:`ScriptedModelServer` inside a running event loop (``async with`` or start/stop).
 * :func:`run_in_thread` for synchronous callers: its own loop in a daemon thread.
 
-Every parsed chat-completions body is appended to ``.requests`` (before any scripted delay,
-so a test can see that a request arrived and is being held), and the answer chosen for it to
-``.replies``.
+Every parsed request body (of any of the three) is appended to ``.requests`` (before any
+scripted delay, so a test can see that a request arrived and is being held), and the answer
+chosen for it to ``.replies``.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import msgspec
 
-from arenad.scripted_model import wire
+from arenad.scripted_model import messages, responses, wire
 from arenad.scripted_model.script import Reply, Script, load_script, plan_reply
 
 log = logging.getLogger("arenad.scripted_model")
@@ -54,6 +59,7 @@ _REASONS = {
     500: "Internal Server Error",
     502: "Bad Gateway",
     503: "Service Unavailable",
+    529: "Overloaded",
 }
 
 
@@ -142,6 +148,113 @@ def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+class _Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """One planned answer and what its wire needs to phrase it."""
+
+    reply: Reply
+    body: dict[str, Any]
+    script: Script
+    model: str
+    created: int
+    id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Wire:
+    """One wire format the server answers: how its request reads as a chat history (the
+    script's input), how an answer and an error are phrased, and its stream's last bytes."""
+
+    name: str
+    id_prefix: str
+    view: Callable[[dict[str, Any]], Mapping[str, Any]]
+    whole: Callable[[_Answer], dict[str, Any]]
+    events: Callable[[_Answer], list[bytes]]
+    error: Callable[[int, str, str | None], dict[str, Any]]
+    done: bytes = b""
+
+
+def _chat_events(a: _Answer) -> list[bytes]:
+    options = a.body.get("stream_options")
+    chunks = wire.stream_chunks(
+        a.reply,
+        completion_id=a.id,
+        model=a.model,
+        created=a.created,
+        chunk_chars=a.script.chunk_chars,
+        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        extras=wire.extras_for(a.body, a.script),
+    )
+    return [wire.sse_event(chunk) for chunk in chunks]
+
+
+def _chat_whole(a: _Answer) -> dict[str, Any]:
+    return wire.completion(
+        a.reply,
+        completion_id=a.id,
+        model=a.model,
+        created=a.created,
+        extras=wire.extras_for(a.body, a.script),
+        chunk_chars=a.script.chunk_chars,
+    )
+
+
+def _openai_error(status: int, message: str, code: str | None) -> dict[str, Any]:
+    return wire.error_body(message, wire.error_type(status), code)
+
+
+def _responses_whole(a: _Answer) -> dict[str, Any]:
+    return responses.response(
+        a.reply,
+        response_id=a.id,
+        model=a.model,
+        created=a.created,
+        extras=responses.extras_for(a.body, a.script),
+        chunk_chars=a.script.chunk_chars,
+    )
+
+
+def _responses_events(a: _Answer) -> list[bytes]:
+    return responses.events(
+        a.reply,
+        response_id=a.id,
+        model=a.model,
+        created=a.created,
+        extras=responses.extras_for(a.body, a.script),
+        chunk_chars=a.script.chunk_chars,
+    )
+
+
+_WIRES = {
+    "/v1/chat/completions": _Wire(
+        name="chat",
+        id_prefix="chatcmpl",
+        view=lambda body: body,
+        whole=_chat_whole,
+        events=_chat_events,
+        error=_openai_error,
+        done=wire.SSE_DONE,
+    ),
+    "/v1/responses": _Wire(
+        name="responses",
+        id_prefix="resp",
+        view=responses.chat_view,
+        whole=_responses_whole,
+        events=_responses_events,
+        error=_openai_error,
+    ),
+    "/v1/messages": _Wire(
+        name="messages",
+        id_prefix="msg",
+        view=messages.chat_view,
+        whole=lambda a: messages.message(a.reply, message_id=a.id, model=a.model),
+        events=lambda a: messages.events(
+            a.reply, message_id=a.id, model=a.model, chunk_chars=a.script.chunk_chars
+        ),
+        error=lambda status, message, _code: messages.error_body(status, message),
+    ),
+}
+
+
 class ScriptedModelServer:
     """An OpenAI-compatible chat-completions server answering from a :class:`Script`.
 
@@ -172,6 +285,8 @@ class ScriptedModelServer:
         # Each chat request's Authorization header (None: absent). In memory only, for
         # tests that check which credentials reached the model; never logged.
         self.authorizations: list[str | None] = []
+        # Each request's x-api-key header (Anthropic's auth; None: absent), the same way.
+        self.api_keys: list[str | None] = []
         self.replies: list[Reply] = []
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -273,10 +388,11 @@ class ScriptedModelServer:
                 )
                 return await self._send_json(writer, 404, body, keep)
             return await self._send_json(writer, 200, wire.model_object(model_id, created), keep)
-        if path == "/v1/chat/completions":
+        wire_format = _WIRES.get(path)
+        if wire_format is not None:
             if request.method != "POST":
                 return await self._method_not_allowed(writer, request, keep)
-            return await self._chat(request, writer, created)
+            return await self._call(wire_format, request, writer, created)
         body = wire.error_body(
             f"unknown path {request.method} {request.path}", "invalid_request_error", "not_found"
         )
@@ -290,31 +406,35 @@ class ScriptedModelServer:
         )
         return await self._send_json(writer, 405, body, keep)
 
-    async def _chat(self, request: _Request, writer: asyncio.StreamWriter, created: int) -> bool:
+    async def _call(
+        self, wire_format: _Wire, request: _Request, writer: asyncio.StreamWriter, created: int
+    ) -> bool:
         keep = request.keep_alive
         try:
             body = msgspec.json.decode(request.body)
         except msgspec.DecodeError as exc:
-            err = wire.error_body(f"request body is not JSON: {exc}", "invalid_request_error")
+            err = wire_format.error(400, f"request body is not JSON: {exc}", None)
             return await self._send_json(writer, 400, err, keep)
         if not isinstance(body, dict):
-            err = wire.error_body("request body must be a JSON object", "invalid_request_error")
+            err = wire_format.error(400, "request body must be a JSON object", None)
             return await self._send_json(writer, 400, err, keep)
         self.requests.append(body)
         self.authorizations.append(request.headers.get("authorization"))
+        self.api_keys.append(request.headers.get("x-api-key"))
         script = self.script
         model = body.get("model")
         if not isinstance(model, str) or script.model(model) is None:
-            err = wire.error_body(
+            err = wire_format.error(
+                404,
                 f"model {model!r} is not in the script (models: {', '.join(script.model_ids)})",
-                "invalid_request_error",
                 "model_not_found",
             )
             return await self._send_json(writer, 404, err, keep)
-        reply = plan_reply(script, body)
+        reply = plan_reply(script, wire_format.view(body))
         self.replies.append(reply)
         log.info(
-            "chat request %d: model=%s %s conversation=%s step=%s",
+            "%s request %d: model=%s %s conversation=%s step=%s",
+            wire_format.name,
             len(self.requests),
             model,
             reply.kind,
@@ -325,35 +445,24 @@ class ScriptedModelServer:
             await self._sleep(reply.delay_s)
         if reply.error is not None:
             status = reply.error.status
-            err = wire.error_body(reply.error.message, wire.error_type(status), "scripted_error")
+            err = wire_format.error(status, reply.error.message, "scripted_error")
             extra = []
             if reply.error.retry_after_ms is not None:
                 extra.append(("retry-after-ms", str(reply.error.retry_after_ms)))
             return await self._send_json(writer, status, err, keep, extra)
-        completion_id = f"chatcmpl-scripted-{next(self._ids)}"
-        if body.get("stream") is True:
-            options = body.get("stream_options")
-            include_usage = isinstance(options, dict) and options.get("include_usage") is True
-            chunks = wire.stream_chunks(
-                reply,
-                completion_id=completion_id,
-                model=model,
-                created=created,
-                chunk_chars=script.chunk_chars,
-                include_usage=include_usage,
-                extras=wire.extras_for(body, script),
-            )
-            await self._send_sse(writer, chunks, reply.chunk_delay_s)
-            return False
-        payload = wire.completion(
-            reply,
-            completion_id=completion_id,
+        answer = _Answer(
+            reply=reply,
+            body=body,
+            script=script,
             model=model,
             created=created,
-            extras=wire.extras_for(body, script),
-            chunk_chars=script.chunk_chars,
+            id=f"{wire_format.id_prefix}-scripted-{next(self._ids)}",
         )
-        return await self._send_json(writer, 200, payload, keep)
+        if body.get("stream") is True:
+            events = wire_format.events(answer)
+            await self._send_sse(writer, events, reply.chunk_delay_s, wire_format.done)
+            return False
+        return await self._send_json(writer, 200, wire_format.whole(answer), keep)
 
     async def _send_json(
         self,
@@ -375,7 +484,7 @@ class ScriptedModelServer:
         return keep_alive
 
     async def _send_sse(
-        self, writer: asyncio.StreamWriter, chunks: list[dict[str, Any]], chunk_delay_s: float
+        self, writer: asyncio.StreamWriter, events: list[bytes], chunk_delay_s: float, done: bytes
     ) -> None:
         headers = [
             ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -384,13 +493,14 @@ class ScriptedModelServer:
         ]
         writer.write(_head(200, headers))
         await writer.drain()
-        for index, chunk in enumerate(chunks):
+        for index, event in enumerate(events):
             if index and chunk_delay_s > 0:
                 await self._sleep(chunk_delay_s)
-            writer.write(wire.sse_event(chunk))
+            writer.write(event)
             await writer.drain()
-        writer.write(wire.SSE_DONE)
-        await writer.drain()
+        if done:
+            writer.write(done)
+            await writer.drain()
 
 
 # -- blocking entry point --------------------------------------------------------------------
@@ -544,6 +654,10 @@ class ThreadedScriptedModel:
     @property
     def authorizations(self) -> list[str | None]:
         return self._server.authorizations
+
+    @property
+    def api_keys(self) -> list[str | None]:
+        return self._server.api_keys
 
 
 def run_in_thread(script: Script, host: str = "127.0.0.1", port: int = 0) -> ThreadedScriptedModel:

@@ -20,11 +20,14 @@ JSON = dict[str, Any]
 
 
 def usage_json(usage: ResolvedUsage) -> JSON:
+    prompt_details: JSON = {"cached_tokens": usage.cached_tokens}
+    if usage.cache_write_tokens:
+        prompt_details["cache_write_tokens"] = usage.cache_write_tokens
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "prompt_tokens_details": prompt_details,
         "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
@@ -69,7 +72,7 @@ def extras_for(body: Mapping[str, Any], script: Script) -> Extras:
     )
 
 
-def _logprob_entry(piece: str, top: int) -> JSON:
+def logprob_entry(piece: str, top: int) -> JSON:
     entry: JSON = {
         "token": piece,
         "logprob": token_logprob(piece),
@@ -87,7 +90,7 @@ def _logprob_entry(piece: str, top: int) -> JSON:
 def _tokens(choice: JSON, piece_list: list[str], extras: Extras) -> None:
     if extras.logprobs:
         choice["logprobs"] = {
-            "content": [_logprob_entry(p, extras.top_logprobs) for p in piece_list]
+            "content": [logprob_entry(p, extras.top_logprobs) for p in piece_list]
         }
     if extras.token_ids:
         choice["token_ids"] = [token_id(p) for p in piece_list]

@@ -81,6 +81,28 @@ def chat(
     return response.status, data
 
 
+def post(
+    port: int, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, str, bytes]:
+    """(status, the response's head as text, body) of one POST to the gateway."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body), headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    head = "\n".join(f"{k}: {v}" for k, v in response.getheaders())
+    conn.close()
+    return response.status, head, data
+
+
+def sse_data(body: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of a stream's ``data:`` lines (``[DONE]`` left out)."""
+    return [
+        json.loads(line[5:])
+        for line in body.decode().splitlines()
+        if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]")
+    ]
+
+
 def journal(home: Path, cell: str = "c1", attempt: int = 1) -> list[dict[str, Any]]:
     path = paths.attempt_journal(home, "camp", cell, attempt)
     if not path.exists():

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from arenad.arms.evidence import gateway_cause
 from arenad.gateway import grants, paths, process
 from arenad.gateway.cell import attempt_grant
 from arenad.scripted_model import wire
@@ -19,6 +20,8 @@ from tests.gateway.support import (
     chat,
     grant_for,
     journal,
+    post,
+    sse_data,
     start_gateway,
 )
 from tests.opencode_support import RunningModel
@@ -218,3 +221,167 @@ def test_concurrent_starts_make_one_gateway(home: Path) -> None:
         endpoints = list(pool.map(lambda _: start_gateway(home), range(4)))
     assert len({e.pid for e in endpoints}) == 1
     assert process.running(home) == endpoints[0]
+
+
+# -- the responses and messages wires ------------------------------------------------------------
+
+WIRE_SCRIPT = SCRIPT.replace(
+    "reasoning_tokens = 7", "reasoning_tokens = 7\ncache_write_tokens = 100"
+)
+WIRE_PRICES = {"m": grants.Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)}
+
+
+def _wire_call(
+    wire_name: str, port: int, token: str, messages: list[dict[str, Any]], **extra: Any
+) -> tuple[int, str, bytes]:
+    """One call in the wire's own shape, with the token in the wire's own auth header."""
+    if wire_name == "responses":
+        body: dict[str, Any] = {"model": "m", "input": messages, **extra}
+        headers = {"Authorization": f"Bearer {token}"}
+    else:
+        body = {"model": "m", "max_tokens": 1024, "messages": messages, **extra}
+        headers = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    headers["Content-Type"] = "application/json"
+    return post(port, f"/v1/{wire_name}", body, headers)
+
+
+def _text(wire_name: str, stream: bool, body: bytes) -> str:
+    if not stream:
+        answer = json.loads(body)
+        if wire_name == "responses":
+            return "".join(
+                part["text"]
+                for item in answer["output"]
+                if item["type"] == "message"
+                for part in item["content"]
+            )
+        return "".join(block["text"] for block in answer["content"] if block["type"] == "text")
+    kind = "response.output_text.delta" if wire_name == "responses" else "content_block_delta"
+    return "".join(
+        e["delta"] if wire_name == "responses" else e["delta"].get("text", "")
+        for e in sse_data(body)
+        if e["type"] == kind
+    )
+
+
+# Each wire's usage mapped to opencode's buckets (arenad.gateway.protocols), and its cost.
+WIRE_USAGE = {
+    # input_tokens 1000 (200 cached), output_tokens 50 (7 reasoning); no cache write on it.
+    "responses": ({"input": 800, "output": 43, "reasoning": 7, "cache_read": 200}, 0.00321),
+    # input_tokens 700 + cache_read 200 + cache_creation 100; output_tokens 50.
+    "messages": (
+        {"input": 700, "output": 50, "reasoning": 0, "cache_read": 200, "cache_write": 100},
+        (700 * 3.0 + 50 * 15.0 + 200 * 0.3 + 100 * 3.75) / 1e6,
+    ),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("wire_name", ["responses", "messages"])
+def test_a_wire_call_is_forwarded_and_recorded_once_with_its_usage_and_cost(
+    home: Path, scripted_model: Callable[[str], RunningModel], wire_name: str, stream: bool
+) -> None:
+    model = scripted_model(WIRE_SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, prices=WIRE_PRICES)
+    first = [{"role": "user", "content": "hello"}]
+    status, head, body = _wire_call(wire_name, gw.port, token, first, stream=stream)
+    assert status == 200, body
+    text = _text(wire_name, stream, body)
+    assert text == "Hi there, this is a longer streamed answer."
+    # The upstream saw its own key in the wire's header, never the attempt's token; the
+    # cell-facing answer and the journal hold no trace of the key.
+    if wire_name == "messages":
+        assert (model.api_keys, model.authorizations) == ([UPSTREAM_KEY], [None])
+    else:
+        assert (model.api_keys, model.authorizations) == ([None], [f"Bearer {UPSTREAM_KEY}"])
+    assert UPSTREAM_KEY not in head and UPSTREAM_KEY.encode() not in body
+    [line] = journal(home)
+    assert UPSTREAM_KEY not in json.dumps(line)
+    assert line["endpoint"] == wire_name
+    assert line["upstream"] == {"status": 200, "error": None}
+    usage, cost = WIRE_USAGE[wire_name]
+    assert line["usage"] == {"cache_write": 0, **usage}
+    assert line["cost_usd"] == pytest.approx(cost)
+    assert line["response"]["content"] == text
+    assert line["request"]["new_messages"] == first
+    assert line["request"]["stream"] is stream
+    # The second turn: only what is new since the first call is recorded, and the script
+    # answers its second step (the wire's history read as a chat history).
+    second: list[dict[str, Any]] = [*first, {"role": "assistant", "content": text}]
+    second.append({"role": "user", "content": "more"})
+    status, _, body = _wire_call(wire_name, gw.port, token, second, stream=stream)
+    assert status == 200 and _text(wire_name, stream, body) == "Second answer."
+    one, two = journal(home)
+    assert two["request"]["prefix_hash"] == one["request"]["prompt_hash"]
+    assert two["request"]["new_messages"] == second[1:]
+
+
+@pytest.mark.parametrize("wire_name", ["responses", "messages"])
+def test_a_cap_refusal_is_phrased_as_the_wires_provider_would(
+    home: Path, scripted_model: Callable[[str], RunningModel], wire_name: str
+) -> None:
+    model = scripted_model(WIRE_SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, prices=WIRE_PRICES, max_usd=0.003)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    first, _, _ = _wire_call(wire_name, gw.port, token, messages)
+    status, _, body = _wire_call(wire_name, gw.port, token, messages, stream=True)
+    assert (first, status) == (200, 402)
+    error = json.loads(body)
+    if wire_name == "messages":
+        assert error["type"] == "error" and error["error"]["type"] == "billing_error"
+    else:
+        assert error["error"]["type"] == "insufficient_quota"
+    assert "max_usd" in error["error"]["message"]
+    lines = journal(home)
+    assert [line.get("refused") for line in lines] == [None, "budget"]
+    assert lines[1]["endpoint"] == wire_name
+    assert len(model.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("wire_name", ["responses", "messages"])
+def test_an_upstream_429_on_a_wire_is_classified(
+    home: Path, scripted_model: Callable[[str], RunningModel], wire_name: str, stream: bool
+) -> None:
+    model = scripted_model(
+        WIRE_SCRIPT.replace(
+            'text = "Hi there, this is a longer streamed answer."',
+            'error = { status = 429, message = "slow down" }',
+        )
+    )
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, prices=WIRE_PRICES)
+    messages = [{"role": "user", "content": "hello"}]
+    status, _, body = _wire_call(wire_name, gw.port, token, messages, stream=stream)
+    assert status == 429
+    if wire_name == "messages":
+        assert json.loads(body)["error"]["type"] == "rate_limit_error"
+    [line] = journal(home)
+    assert line["upstream"] == {"status": 429, "error": "upstream 429"}
+    assert line["usage"] is None
+    cause = gateway_cause([line])
+    assert cause is not None and cause.cause == "provider rate limit (HTTP 429): slow down"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_logprobs_are_recorded_when_returned(
+    home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
+) -> None:
+    model = scripted_model("chunk_chars = 8\n" + SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    messages = [{"role": "user", "content": "hello"}]
+    include = ["message.output_text.logprobs"]
+    status, _, _ = _wire_call(
+        "responses", gw.port, token, messages, stream=stream, include=include, top_logprobs=2
+    )
+    assert status == 200
+    [line] = journal(home)
+    text = "Hi there, this is a longer streamed answer."
+    expected = [text[i : i + 8] for i in range(0, len(text), 8)]
+    assert [e["token"] for e in line["logprobs"]] == expected
+    assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
+    assert all(len(e["top"]) == 2 for e in line["logprobs"])
+    assert line["request"]["sampling"]["top_logprobs"] == 2
