@@ -41,6 +41,7 @@ from typing import Literal
 
 import msgspec
 
+from arenad.cell.kinds import kind_of
 from arenad.cell.spend import run_cost
 from arenad.recovery.bounds import MAX_ATTEMPT_USD, MAX_SESSION_USD, out_of_bounds
 from events import cell as ev
@@ -67,7 +68,6 @@ SPEND_TAGS = frozenset(
 )
 # The ingest kinds that can carry a cost (LineIngested.kind: the JSON's "type" or "kind").
 COST_KINDS = frozenset({"step_finish", "settled", "spawned", "gateway.call"})
-REPORTING_KINDS = frozenset({"solo", "supervisor"})
 
 
 def units(usd: float) -> int:
@@ -271,7 +271,9 @@ class SpendFold:
             if a.recovered_units is None:
                 return 0, "unknown", running
             return a.recovered_units, "recovered", running
-        live_known = a.cost_seen or self._arm_kinds.get((a.campaign, a.arm)) in REPORTING_KINDS
+        live_known = (
+            a.cost_seen or kind_of(self._arm_kinds.get((a.campaign, a.arm), "")).reports_cost
+        )
         if not live_known:
             return 0, "unknown", running
         live = max(a.stream_units, a.journal_units, a.state_units or 0, a.gateway_units)

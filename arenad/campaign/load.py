@@ -125,6 +125,7 @@ import msgspec
 
 from arenad.campaign import limits
 from arenad.campaign.instances import Row, read_rows
+from arenad.cell.kinds import kind_of
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
@@ -339,11 +340,6 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     abort_running: bool = False
 
 
-# Arm kinds whose runs report what they cost (opencode's stream and store; the
-# supervisor's state.json and journal). A command arm runs anything: its cost is unknown.
-COST_REPORTING_KINDS = frozenset({"solo", "supervisor"})
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Campaign:
     """A validated campaign. Its cells are not held: :meth:`iter_cells` makes them one at a
@@ -389,7 +385,7 @@ class Campaign:
     @property
     def cost_unknown_arms(self) -> list[str]:
         """Arms whose cost cannot be known (their spend never counts against a cap)."""
-        return [n for n, k in self.arm_kinds.items() if k not in COST_REPORTING_KINDS]
+        return [n for n, k in self.arm_kinds.items() if not kind_of(k).reports_cost]
 
 
 _INSTANCE_FIELDS = set(InstanceRow.__struct_fields__)

@@ -15,6 +15,7 @@ fold adds it or overflows on it.
 
 from __future__ import annotations
 
+from arenad.cell.kinds import kind_of
 from arenad.recovery.bounds import attempt_tokens, attempt_usd
 from events import cell as ev
 
@@ -26,11 +27,12 @@ def run_cost(
 ) -> float | None:
     """The run's cost in USD (``kind``: the arm spec's tag), or None when unknown."""
     spend = recovered.spend if recovered is not None else None
-    if kind == "supervisor":
+    source = kind_of(kind).cost_of_record
+    if source == "driver":
         if spend is not None and spend.spent_usd is not None:
             return attempt_usd(spend.spent_usd)
         return attempt_usd(supervisor.spent_usd) if supervisor is not None else None
-    if kind == "command":
+    if source == "none":
         return None
     return attempt_usd(spend.cost_usd) if spend is not None else None
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import aiosqlite
 import msgspec
 
+from arenad.cell.kinds import kind_of
 from arenad.cell.machine import CellState, apply
 from arenad.cell.spend import run_tokens
 from arenad.errors import IllegalTransition
@@ -135,11 +136,12 @@ def spend_extras(
         "cache_read": attempt_tokens(cache_read),
         "cache_write": attempt_tokens(cache_write),
     }
-    if arm_kind == "supervisor":
+    kind = kind_of(arm_kind)
+    if kind.driver_figures:
         own = supervisor_spent_usd if supervisor_spent_usd is not None else spend_spent_usd
         extras["driver_usd"] = attempt_usd(own)
         extras["workers_usd"] = cost_usd
-    if arm_kind == "solo":
+    if kind.usage_figures:
         figures = (steps, max_ctx, oc_cost, total_io)
         extras["usage"] = (
             None
