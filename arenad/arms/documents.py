@@ -19,12 +19,12 @@ from typing import Any
 
 from arenad.atomic import write_atomically
 from arenad.cell import supervisor_figures as figures
+from arenad.cell.kinds import kind_of_arm
 from arenad.cell.machine import CellState, CellStatus
 from arenad.js import js_round, js_stringify_indented
 from arenad.runs.executor import Tools
 from events import cell as ev
 from events.base import Event, Recorded
-from events.specs import SupervisorArm
 
 RESULT_JSON = "result.json"
 JUDGE_JSON = "judge.json"
@@ -32,7 +32,7 @@ JUDGE_JSON = "judge.json"
 
 def has_result_json(state: CellState) -> bool:
     """Whether the cell's current attempt has a result.json (a recovered supervisor run)."""
-    return isinstance(state.spec.arm, SupervisorArm) and state.status == CellStatus.RECOVERED
+    return kind_of_arm(state.spec.arm).result_document and state.status == CellStatus.RECOVERED
 
 
 def result_json(state: CellState, ingested: Sequence[Recorded | Event]) -> dict[str, Any]:

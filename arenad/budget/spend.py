@@ -43,6 +43,7 @@ import msgspec
 
 from arenad.cell.kinds import kind_of
 from arenad.cell.spend import run_cost
+from arenad.cell.supervisor_figures import SUPERVISOR_SOURCE
 from arenad.recovery.bounds import MAX_ATTEMPT_USD, MAX_SESSION_USD, out_of_bounds
 from events import cell as ev
 from events.base import Event, Recorded
@@ -364,7 +365,7 @@ class SpendFold:
                 return False
             a.seen.add(key)
             a.gateway_units += units(cost)
-        elif line.source == "supervisor":
+        elif line.source == SUPERVISOR_SOURCE:
             if line.path != "journal.jsonl":
                 return False
             if line.kind == "spawned":
@@ -393,7 +394,7 @@ class SpendFold:
         return True
 
     def _snapshot(self, a: _Attempt, snap: FileSnapshotted) -> bool:
-        if snap.source != "supervisor" or snap.path != "state.json":
+        if snap.source != SUPERVISOR_SOURCE or snap.path != "state.json":
             return False
         try:
             obj = json.loads(snap.content)

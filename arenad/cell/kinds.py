@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-__all__ = ["KINDS", "ArmKind", "kind_of"]
+from events.specs import ArmSpec
+
+__all__ = [
+    "AGENT_SESSION_PURPOSES",
+    "KINDS",
+    "ArmKind",
+    "harness_of",
+    "kind_of",
+    "kind_of_arm",
+    "run_model",
+    "tag_of",
+]
 
 
 class ArmKind(NamedTuple):
@@ -23,27 +34,98 @@ class ArmKind(NamedTuple):
     driver_figures: bool
     # Its status rows carry the opencode usage figures (steps, largest context, ...).
     usage_figures: bool
+    # The ledger's lines of an attempt: one agent line ("agent"), or a supervisor line and
+    # a line per worker session ("supervisor").
+    ledger: Literal["agent", "supervisor"]
+    # The harness its agent (or supervisor) line names; ``{name}`` is the arm's name.
+    harness: str
+    # The arm spec's field naming the model its work runs on (a supervisor's workers', not
+    # its driver's: the reference's ``resolvedModel``).
+    model_field: str
+    # Its ingested journal makes its ledger lines (read with the cell when projecting).
+    journal_lines: bool
+    # Recovery writes the reference's result.json into its run dir.
+    result_document: bool
 
 
 KINDS: dict[str, ArmKind] = {
     "solo": ArmKind(
-        reports_cost=True, cost_of_record="store", driver_figures=False, usage_figures=True
+        reports_cost=True,
+        cost_of_record="store",
+        driver_figures=False,
+        usage_figures=True,
+        ledger="agent",
+        harness="opencode",
+        model_field="model",
+        journal_lines=False,
+        result_document=False,
     ),
     "supervisor": ArmKind(
-        reports_cost=True, cost_of_record="driver", driver_figures=True, usage_figures=False
+        reports_cost=True,
+        cost_of_record="driver",
+        driver_figures=True,
+        usage_figures=False,
+        ledger="supervisor",
+        harness="pi-loops",
+        model_field="worker_model",
+        journal_lines=True,
+        result_document=True,
     ),
     "command": ArmKind(
-        reports_cost=False, cost_of_record="none", driver_figures=False, usage_figures=False
+        reports_cost=False,
+        cost_of_record="none",
+        driver_figures=False,
+        usage_figures=False,
+        ledger="agent",
+        harness="command:{name}",
+        model_field="model",
+        journal_lines=False,
+        result_document=False,
     ),
 }
 
 # A kind this version does not know (a log written by a newer one): its store is read,
 # nothing else is assumed.
 _UNKNOWN = ArmKind(
-    reports_cost=False, cost_of_record="store", driver_figures=False, usage_figures=False
+    reports_cost=False,
+    cost_of_record="store",
+    driver_figures=False,
+    usage_figures=False,
+    ledger="agent",
+    harness="{name}",
+    model_field="model",
+    journal_lines=False,
+    result_document=False,
+)
+
+# The purposes of the store sessions that are an agent line's own (recovery names a run's
+# sessions by the kind that made them; a supervisor's are its workers').
+AGENT_SESSION_PURPOSES: frozenset[str] = frozenset(
+    tag for tag, row in KINDS.items() if row.ledger == "agent"
 )
 
 
 def kind_of(tag: str) -> ArmKind:
     """The row of the arm kind tagged ``tag`` (the arm spec's ``kind``)."""
     return KINDS.get(tag, _UNKNOWN)
+
+
+def tag_of(arm: ArmSpec) -> str:
+    """The arm spec's kind tag (``kind = "..."`` in the campaign file)."""
+    return str(arm.__struct_config__.tag)
+
+
+def kind_of_arm(arm: ArmSpec) -> ArmKind:
+    """The row of ``arm``'s kind."""
+    return kind_of(tag_of(arm))
+
+
+def harness_of(arm: ArmSpec) -> str:
+    """The harness the arm's ledger line names."""
+    return kind_of_arm(arm).harness.format(name=arm.name)
+
+
+def run_model(arm: ArmSpec) -> str | None:
+    """The ``provider/model`` the arm's work runs on, if the arm names one."""
+    model = getattr(arm, kind_of_arm(arm).model_field, None)
+    return model if isinstance(model, str) else None

@@ -19,6 +19,7 @@ from arenad.arms.documents import (
     result_json_bytes,
     write_documents_step,
 )
+from arenad.cell.kinds import kind_of
 from arenad.home import Home
 from arenad.readmodels.view import CellsView
 from arenad.runs.executor import Executor
@@ -47,7 +48,7 @@ async def rewrite_missing_documents(
             str(r["arm"]),
         )
         for r in await cells.rows()
-        if r["state"] == "recovered" and r["arm_kind"] == "supervisor"
+        if r["state"] == "recovered" and kind_of(str(r["arm_kind"])).result_document
     }
 
     def lacking() -> list[str]:

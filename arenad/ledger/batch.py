@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from arenad.cell.kinds import kind_of_arm
 from arenad.ledger.lines import LedgerStats, new_stats
 from arenad.ledger.project import CellResolution, cell_projection
 from arenad.ledger.rollout import serialize_rollout_line_bytes
@@ -34,7 +35,6 @@ from arenad.store.base import EventStore
 from arenad.store.rows import StoredRow, decode_rows
 from events.base import Recorded
 from events.cell import CellSubmitted
-from events.specs import SupervisorArm
 from events.streams import capture_stream, cell_stream, ingest_stream
 
 __all__ = ["BatchLines", "project_batch", "read_cell_records"]
@@ -67,7 +67,7 @@ def _reads_ingest(records: Sequence[Recorded]) -> bool:
     (its records are the steps): the cells whose ingested lines make their lines."""
     return any(
         isinstance(r.event, CellSubmitted)
-        and (isinstance(r.event.spec.arm, SupervisorArm) or r.event.spec.gateway.kind == "gateway")
+        and (kind_of_arm(r.event.spec.arm).journal_lines or r.event.spec.gateway.kind == "gateway")
         for r in records
     )
 

@@ -67,6 +67,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from arenad.cell import supervisor_figures as figures
+from arenad.cell.kinds import AGENT_SESSION_PURPOSES, harness_of, kind_of_arm, run_model
 from arenad.chat import has_messages, join_messages
 from arenad.gateway.reconcile import answered, gateway_calls, gateway_figures, mismatch
 from arenad.js import iso_ms, js_parse, js_round
@@ -97,7 +98,7 @@ from arenad.recovery.opencode_transcript import (
 from events import capture as cap
 from events import cell as ev
 from events.base import Recorded
-from events.specs import CandidateSpec, CellSpec, CommandArm, SoloArm, SupervisorArm
+from events.specs import CandidateSpec, CellSpec
 
 __all__ = [
     "BRAIN_GAP",
@@ -395,7 +396,7 @@ def _agent_line(
     candidate: CandidateSpec | None,
     captured_at: str,
 ) -> dict[str, Any]:
-    sessions = [s for s in a.sessions.values() if s.purpose in ("solo", "command")]
+    sessions = [s for s in a.sessions.values() if s.purpose in AGENT_SESSION_PURPOSES]
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
@@ -413,7 +414,7 @@ def _agent_line(
         else:
             gap = f"opencode session {root_id} has no readable message parts"
     arm = spec.arm
-    provider, model = _split_model(arm.model if isinstance(arm, SoloArm | CommandArm) else None)
+    provider, model = _split_model(run_model(arm))
     metrics = _verified_metrics(a, "verify_pass", "verify_rc", "patch_lines", "patch_sha256")
     metrics.update(_run_metrics(a, n))
     metrics["sessions"] = len(sessions)
@@ -423,7 +424,7 @@ def _agent_line(
         _head(run_id, rid, None, spec, candidate, "agent"),
         _task(spec),
         Policy(
-            harness="opencode" if isinstance(arm, SoloArm) else f"command:{arm.name}",
+            harness=harness_of(arm),
             model=model,
             provider=provider,
             profile_commit=a.profile_commit,
@@ -527,12 +528,11 @@ def _supervisor_line(
     captured_at: str,
 ) -> dict[str, Any]:
     arm = spec.arm
-    assert isinstance(arm, SupervisorArm)
     so = a.supervisor
     spend = a.spend
     # The reference's ``resolvedModel`` of a supervisor cell is the model its work ran on:
     # the worker model (issue 29, finding 9), not the driver that plans it.
-    provider, model = _split_model(arm.worker_model)
+    provider, model = _split_model(run_model(arm))
     run_dir = a.run_dir
     spent_tokens = so.spent_tokens if so is not None else None
     spent_usd = so.spent_usd if so is not None else None
@@ -574,7 +574,9 @@ def _supervisor_line(
     return rollout_line(
         _head(run_id, rid, None, spec, candidate, "supervisor"),
         _task(spec),
-        Policy(harness="pi-loops", model=model, provider=provider, profile_commit=a.profile_commit),
+        Policy(
+            harness=harness_of(arm), model=model, provider=provider, profile_commit=a.profile_commit
+        ),
         [],
         _judged_outcome(
             a,
@@ -745,7 +747,7 @@ def cell_projection(
             continue
         captured_at = iso_ms(ended_at_ms)
         ctx = f"cell {cell_id} attempt {n}"
-        if not isinstance(spec.arm, SupervisorArm):
+        if kind_of_arm(spec.arm).ledger == "agent":
             line = _agent_line(run_id, cell_id, n, a, spec, candidate, captured_at)
             count_line(lines, stats, line, f"{ctx} agent line")
             continue
