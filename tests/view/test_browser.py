@@ -263,6 +263,9 @@ def test_the_view_of_a_real_demo_run(page: Any, tmp_path: Path, demo_run: DemoRu
         assert _live(page, "recovered@demo-1") == "4" and _live(page, "failed") == "0"
         page.screenshot(path=tmp_path / "demo-overview.png", full_page=True)
         page.click("text=demo-1")
+        # The click starts a navigation; read the links once the campaign page has them
+        # (on a loaded machine they were read while it loaded: 0 links).
+        page.wait_for_selector("td a[href^='/cells/']")
         cells = page.locator("td a[href^='/cells/']").all_inner_texts()
         assert len(cells) == 4
         for cell in cells:
