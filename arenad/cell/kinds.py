@@ -52,6 +52,9 @@ class ArmKind(NamedTuple):
     # a command runs any CLI, which may write any ``opencode.db``: its sessions are kept,
     # its figures are never spend of record, and none is no failure).
     store_figures: Literal["spend", "evidence"]
+    # Its agent is pointed at the model gateway when the campaign has one (its [gateway]
+    # applies); the others keep reaching their provider themselves.
+    gateway: bool
 
 
 KINDS: dict[str, ArmKind] = {
@@ -66,6 +69,7 @@ KINDS: dict[str, ArmKind] = {
         journal_lines=False,
         result_document=False,
         store_figures="spend",
+        gateway=True,
     ),
     "supervisor": ArmKind(
         reports_cost=True,
@@ -78,6 +82,7 @@ KINDS: dict[str, ArmKind] = {
         journal_lines=True,
         result_document=True,
         store_figures="spend",
+        gateway=False,
     ),
     "command": ArmKind(
         reports_cost=False,
@@ -90,6 +95,7 @@ KINDS: dict[str, ArmKind] = {
         journal_lines=False,
         result_document=False,
         store_figures="evidence",
+        gateway=False,
     ),
 }
 
@@ -106,6 +112,7 @@ _UNKNOWN = ArmKind(
     journal_lines=False,
     result_document=False,
     store_figures="spend",
+    gateway=False,
 )
 
 # The purposes of the store sessions that are an agent line's own (recovery names a run's
