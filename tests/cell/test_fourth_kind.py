@@ -88,32 +88,10 @@ def test_its_run_cost_is_its_store_figure(review_row: ArmKind) -> None:
     assert run_cost("review", recovered, None) == 0.25
 
 
-def _live_spend() -> tuple[float | None, int]:
+def _running(*costs: float) -> SpendFold:
+    """A campaign of the fourth kind, one attempt running, its stream's step costs fed."""
     cell = f"c:i1:{ARM.name}:0"
     f = SpendFold()
-    f.apply(
-        "campaign/c",
-        CampaignSubmitted(
-            name="c",
-            source_path="/c.toml",
-            spec_sha256="0",
-            cell_ids=[cell],
-            arm_kinds={ARM.name: "review"},
-        ),
-    )
-    f.apply(*started(cell))
-    spend = f.campaign("c")
-    return spend.spent_usd, spend.unknown_attempts
-
-
-def test_the_budget_counts_its_live_spend_by_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Before the row, a kind this version does not know: its live spend is unknown.
-    assert _live_spend() == (0.0, 1)
-    monkeypatch.setitem(KINDS, "review", REVIEW)
-    # With it: a kind that reports its cost, nothing reported yet is a known 0.
-    assert _live_spend() == (0.0, 0)
-    f = SpendFold()
-    cell = f"c:i1:{ARM.name}:0"
     f.apply(
         "campaign/c",
         CampaignSubmitted(
@@ -122,8 +100,21 @@ def test_the_budget_counts_its_live_spend_by_its_row(monkeypatch: pytest.MonkeyP
         ),
     )  # fmt: skip
     f.apply(*started(cell))
-    f.apply(*step(cell, 0.125, 0))
-    assert f.campaign("c").spent_usd == 0.125
+    for n, cost in enumerate(costs):
+        f.apply(*step(cell, cost, n * 1000))
+    return f
+
+
+def test_the_budget_counts_its_live_spend_by_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before the row, a kind this version does not know: its live spend is unknown.
+    before = _running().campaign("c")
+    assert (before.spent_usd, before.unknown_attempts) == (0.0, 1)
+    monkeypatch.setitem(KINDS, "review", REVIEW)
+    # With it: a kind that reports its cost, nothing reported yet is a known 0 ...
+    after = _running().campaign("c")
+    assert (after.spent_usd, after.unknown_attempts) == (0.0, 0)
+    # ... and what its stream reports counts against the cap.
+    assert _running(0.125, 0.25).campaign("c").spent_usd == 0.375
 
 
 def test_its_status_rows_carry_the_figures_its_row_names(review_row: ArmKind) -> None:
