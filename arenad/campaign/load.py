@@ -125,7 +125,7 @@ import msgspec
 
 from arenad.campaign import limits
 from arenad.campaign.instances import Row, read_rows
-from arenad.cell.kinds import kind_of
+from arenad.cell.kinds import kind_of, kind_of_arm
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
@@ -203,6 +203,9 @@ class SoloArmFile(_Strict, tag="solo", tag_field="kind", frozen=True, kw_only=Tr
     extra_args: list[str] = []
     kill_grace_s: float = 1.0
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _solo_arm(self, where)
+
 
 class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True, kw_only=True):
     name: str
@@ -222,6 +225,9 @@ class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True
     init_opencode_store: bool = True
     opencode_bin: str = "opencode"
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _supervisor_arm(self, base, where)
+
 
 class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_only=True):
     name: str
@@ -234,7 +240,12 @@ class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_o
     kill_grace_s: float = 1.0
     output: Literal["jsonl", "text"] = "jsonl"
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _command_arm(self, where)
 
+
+# Each arm table turns itself into its spec (``spec``): a new kind is a new table here,
+# and no branch on the kind's name.
 ArmFile = SoloArmFile | SupervisorArmFile | CommandArmFile
 
 
@@ -561,33 +572,41 @@ def _check_exists(path: str, key: str, where: str, arm: str, *, directory: bool)
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     check_path_component(arm.name, "arm name", where, MAX_ARM_NAME)
     check_seconds(arm.timeout_s, "timeout_s", where)
-    if not isinstance(arm, SupervisorArmFile):
-        check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
-    if isinstance(arm, SoloArmFile):
-        return SoloArm(
-            name=arm.name,
-            model=arm.model,
-            timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix,
-            opencode_bin=arm.opencode_bin,
-            extra_args=arm.extra_args,
-            kill_grace_s=arm.kill_grace_s,
-        )
-    if isinstance(arm, CommandArmFile):
-        if not arm.argv:
-            raise CampaignError(f"{where}: arm {arm.name!r}: argv must not be empty")
-        check_argv_placeholders(arm.argv, COMMAND_PLACEHOLDERS, where, f"arm {arm.name!r}: argv")
-        return CommandArm(
-            name=arm.name,
-            argv=arm.argv,
-            model=arm.model,
-            timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix,
-            env=arm.env,
-            uses_model=arm.uses_model,
-            kill_grace_s=arm.kill_grace_s,
-            output=arm.output,
-        )
+    return arm.spec(base, where)
+
+
+def _solo_arm(arm: SoloArmFile, where: str) -> SoloArm:
+    check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
+    return SoloArm(
+        name=arm.name,
+        model=arm.model,
+        timeout_s=arm.timeout_s,
+        prompt_suffix=arm.prompt_suffix,
+        opencode_bin=arm.opencode_bin,
+        extra_args=arm.extra_args,
+        kill_grace_s=arm.kill_grace_s,
+    )
+
+
+def _command_arm(arm: CommandArmFile, where: str) -> CommandArm:
+    check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
+    if not arm.argv:
+        raise CampaignError(f"{where}: arm {arm.name!r}: argv must not be empty")
+    check_argv_placeholders(arm.argv, COMMAND_PLACEHOLDERS, where, f"arm {arm.name!r}: argv")
+    return CommandArm(
+        name=arm.name,
+        argv=arm.argv,
+        model=arm.model,
+        timeout_s=arm.timeout_s,
+        prompt_suffix=arm.prompt_suffix,
+        env=arm.env,
+        uses_model=arm.uses_model,
+        kill_grace_s=arm.kill_grace_s,
+        output=arm.output,
+    )
+
+
+def _supervisor_arm(arm: SupervisorArmFile, base: Path, where: str) -> SupervisorArm:
     knobs = {**SUPERVISOR_DEFAULT_ENV_KNOBS, **arm.env_knobs}
     for name in knobs:
         if not ENV_KNOB.match(name):
@@ -978,9 +997,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                     r.sandbox, network=r.network or default_network(arm)
                 ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
-                # Only the solo arm points its agent at the gateway so far; the others
-                # keep reaching their provider themselves.
-                gateway=r.gateway if isinstance(arm, SoloArm) else GatewaySpec(),
+                # Only a kind whose row says so points its agent at the gateway so far;
+                # the others keep reaching their provider themselves.
+                gateway=r.gateway if kind_of_arm(arm).gateway else GatewaySpec(),
             )
 
 
@@ -1155,7 +1174,7 @@ def _keys_at_the_gateway(arms: list[ArmSpec], gateway: GatewaySpec) -> bool:
     """Every arm that calls a model does so through the gateway, which reads the keys from
     the [secrets] env files itself: no cell needs the secrets wrapper."""
     return gateway.kind == "gateway" and all(
-        isinstance(arm, SoloArm) for arm in arms if uses_model(arm)
+        kind_of_arm(arm).gateway for arm in arms if uses_model(arm)
     )
 
 

@@ -9,7 +9,7 @@ does, on its node:
   agent's store — the same functions, with the actor's own
   :class:`~arenad.runs.executor.Tools`;
 - **the run** (:meth:`CellActor.start` ...): the same launcher and wrapper as a local run
-  (:func:`~arenad.runs.detached.spawn_detached`), held until the head has committed
+  (:func:`arenad.executors.spawn.spawn`), held until the head has committed
   ``RunStarted`` and calls :meth:`CellActor.release`; the same deadline, abort and exit
   record (:class:`~arenad.runs.detached.DetachedRun`);
 - **observation** (:meth:`CellActor.observe` / :meth:`CellActor.pull`): the same tailers
@@ -54,12 +54,12 @@ from typing import Any
 import msgspec
 
 from arenad.clock import system_clock
+from arenad.executors import spawn
 from arenad.executors.ray.batches import Batch, make_batch
 from arenad.ingest.offsets import FileKey, IngestPosition, Positions
 from arenad.ingest.watcher import RunDirWatcher, WatchSource
-from arenad.runs.detached import DetachedRun, Lifeline, RunEnd, spawn_detached
+from arenad.runs.detached import DetachedRun, Lifeline, RunEnd
 from arenad.runs.executor import NodeFile, RunRecord, RunRequest, Tools
-from arenad.runs.files import capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from events.base import Event
 
@@ -331,20 +331,20 @@ class CellActor:
         if self._launcher is None:
             self._launcher = WrapperLauncher()
         read_end = self._new_lifeline()
-        env = {k: v for k, v in request.env.items() if not k.startswith(_RAY_PREFIX)}
+        # What runs here must not hold the worker's Ray settings; and a node runs no
+        # container (the campaign refuses docker on Ray) and bounds no disk yet.
+        request = msgspec.structs.replace(
+            request,
+            env={k: v for k, v in request.env.items() if not k.startswith(_RAY_PREFIX)},
+            container=None,
+            container_forwards=None,
+            disk_dir=None,
+            disk_bytes=None,
+        )
         try:
-            run = await spawn_detached(
-                request.argv,
-                cwd=request.cwd,
-                env=env,
-                files=request.files,
+            run = await spawn.spawn(
+                request,
                 store_path=None,
-                stream=request.stream,
-                attempt=request.attempt,
-                timeout_s=request.timeout_s,
-                kill_grace_s=request.kill_grace_s,
-                network=request.network,
-                forwards=request.forwards,
                 clock=system_clock,
                 launcher=self._launcher,
                 lifeline=Lifeline(read_fd=read_end, silence_s=self.config.silence_s),
@@ -352,15 +352,7 @@ class CellActor:
         finally:
             os.close(read_end)
         self._run, self._released, self._end = run, False, None
-        return RunRecord(
-            pid=run.pid,
-            pgid=run.pgid,
-            start_ticks=run.start_ticks,
-            started_at_ms=run.started_at_ms,
-            deadline_ms=run.deadline_ms,
-            executor="ray",
-            node=self.node,
-        )
+        return spawn.record(run, executor="ray", node=self.node)
 
     async def attach(self, pid: int) -> Reply:
         """What this actor holds of run ``pid``: "held" (never released), "running" /
@@ -423,9 +415,7 @@ class CellActor:
         run = self._run
         if run is None:
             return ("ok", ())
-        files = (run.files.stdout, run.files.stderr)
-        marks = (*(_size(f) for f in files), *(_mtime_ns(capped_marker(f)) for f in files))
-        return ("ok", marks)
+        return ("ok", spawn.activity(run.files))
 
     # -- observation -----------------------------------------------------------------
 
@@ -488,17 +478,3 @@ class CellActor:
     async def python(self) -> Reply:
         """The interpreter this node runs (for a clear error when it lacks arenad)."""
         return ("ok", sys.executable)
-
-
-def _mtime_ns(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1
