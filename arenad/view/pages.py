@@ -73,7 +73,16 @@ _env = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _one_line(text: str) -> str:
+    """The first line of a text (a failure's cause), what a one-line note shows."""
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
 _env.filters.update(
+    one_line=_one_line,
     utc=lambda ms: "-" if ms is None else utc(ms),
     usd=_usd,
     secs=_secs,
@@ -274,7 +283,7 @@ def report_page(report: Report, campaigns: Sequence[str] = (), as_of: int | None
 
 
 def cell_page(cell: CellView) -> str:
-    return _render("cell.html", cell=cell)
+    return _render("cell.html", cell=cell, labels=RESULT_LABELS)
 
 
 def error_page(status: int, message: str) -> str:

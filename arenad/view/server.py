@@ -50,7 +50,8 @@ from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.moments import event_at
 from arenad.readmodels.progress import PROGRESS_TAGS, ProgressFold
-from arenad.readmodels.results import ResultPage, ResultQuery, campaign_results
+from arenad.readmodels.result_pages import campaign_results
+from arenad.readmodels.results import ResultPage, ResultQuery
 from arenad.report.render import HTML_PAGE_CSP, html_css, html_page
 from arenad.report.service import report_store
 from arenad.store.base import EventStore

@@ -10,6 +10,7 @@ import msgspec
 
 from arenad.cell.machine import fold
 from arenad.home import Home, open_store
+from arenad.readmodels.result_pages import sql_page
 from arenad.readmodels.results import (
     RESULTS,
     SORTS,
@@ -17,7 +18,6 @@ from arenad.readmodels.results import (
     ResultRow,
     row_of,
     select,
-    sql_page,
 )
 from arenad.store.base import EventStore
 from arenad.store.sqlite import SqliteEventStore
