@@ -98,6 +98,9 @@ async def sql_page(db: aiosqlite.Connection, q: ResultQuery) -> ResultPage:
     if q.arm is not None:
         where.append("arm = ?")
         params.append(q.arm)
+    if q.instance is not None:
+        where.append("instance_id = ?")
+        params.append(q.instance)
     if q.text:
         where.append("instance_id LIKE ? ESCAPE '\\'")
         params.append(_like(q.text))

@@ -72,7 +72,9 @@ class ResultQuery(msgspec.Struct, frozen=True, kw_only=True):
     state: str | None = None
     result: str | None = None
     arm: str | None = None
-    # A part of the instance id (case-insensitive for ASCII, as SQL's LIKE).
+    # One instance exactly (the report's links), and a part of the instance id
+    # (case-insensitive for ASCII, as SQL's LIKE).
+    instance: str | None = None
     text: str | None = None
     sort: str = "instance"
     desc: bool = False
@@ -175,6 +177,7 @@ def _matches(q: ResultQuery, row: ResultRow) -> bool:
         q.state in (None, row.state)
         and q.result in (None, row.result)
         and q.arm in (None, row.arm)
+        and q.instance in (None, row.instance_id)
         and (
             not q.text or q.text.translate(_ASCII_LOWER) in row.instance_id.translate(_ASCII_LOWER)
         )

@@ -47,6 +47,7 @@ def parse_query(campaign: str, params: Mapping[str, str]) -> ResultQuery:
         state=state,
         result=result,
         arm=given("arm"),
+        instance=given("instance"),
         text=text,
         sort=sort,
         desc=order == "desc",

@@ -10,7 +10,7 @@ and are loaded once, like code; rendering reads nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -192,6 +192,7 @@ def query_params(
         "state": q.state,
         "result": q.result,
         "arm": q.arm,
+        "instance": q.instance,
         "q": q.text,
         "sort": None if q.sort == "instance" else q.sort,
         "order": "desc" if q.desc else None,
@@ -269,6 +270,27 @@ def campaign_page(
 # --------------------------------------------------------------------------- the rest
 
 
+def _instance_links(report: Report, as_of: int | None) -> Callable[[str], str | None]:
+    """Where an instance of the report's matrix links to: its cells, the campaign page
+    filtered to it (of its first campaign, when several ran it), as of the same event."""
+    campaign_of_arm = {a.arm: a.campaign for a in report.arms}
+    campaigns: dict[str, str] = {}
+    for row in report.instances:
+        named = sorted(c for a in row.arms if (c := campaign_of_arm.get(a)) is not None)
+        chosen = named[0] if named else report.campaigns[0] if report.campaigns else None
+        if chosen is not None:
+            campaigns[row.instance] = chosen
+
+    def link(instance: str) -> str | None:
+        campaign = campaigns.get(instance)
+        if campaign is None:
+            return None
+        query = {"instance": instance, **({"as_of": str(as_of)} if as_of is not None else {})}
+        return campaign_url(campaign) + "?" + urlencode(query)
+
+    return link
+
+
 def report_page(report: Report, campaigns: Sequence[str] = (), as_of: int | None = None) -> str:
     query = "&".join(
         [f"campaign={quote(c, safe='')}" for c in campaigns]
@@ -276,8 +298,9 @@ def report_page(report: Report, campaigns: Sequence[str] = (), as_of: int | None
     )
     return _render(
         "report.html",
-        # The report escapes every name itself (tests/report/test_render.py).
-        body=Markup(html_body(report)),
+        # The report escapes every name itself (tests/report/test_render.py), the links'
+        # addresses too.
+        body=Markup(html_body(report, _instance_links(report, as_of))),
         page_url="/report.html" + (f"?{query}" if query else ""),
     )
 

@@ -107,6 +107,8 @@ async def test_sql_and_the_fold_page_alike(tmp_path: Path) -> None:
         queries += [
             ResultQuery(campaign="web", state="recovered", arm="SOLO"),
             ResultQuery(campaign="web", text="b"),
+            ResultQuery(campaign="web", instance="b_1"),
+            ResultQuery(campaign="web", instance="b"),
             ResultQuery(campaign="web", text="%"),
             ResultQuery(campaign="web", text="_"),
             ResultQuery(campaign="web", per_page=2, page=2, sort="cost", desc=True),

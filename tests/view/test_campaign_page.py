@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import pytest
 
@@ -150,3 +150,25 @@ def test_hostile_names_and_reasons_stay_text(page: Any, home: Path, tmp_path: Pa
         assert why == f"infrastructure failure: {XSS_ERROR}"
         assert page.evaluate("() => window.__xss") is None
         assert page.locator("main script").count() == 0
+
+
+def test_a_report_instance_leads_to_its_cells(page: Any, home: Path, tmp_path: Path) -> None:
+    with view_server(home, log=tmp_path / "view.log") as server:
+        page.goto(server.signed("/report?campaign=big"))
+        page.screenshot(path=tmp_path / "report.png", full_page=True)
+        page.click("a:text-is('i005')")
+        page.wait_for_url("**/campaigns/big?instance=i005")
+        cells = _rows(page).all()
+        assert [c.get_attribute("data-cell") for c in cells] == ["big:i005:A:0"]
+        assert page.locator("table.results tbody td:first-child").inner_text() == "✓ resolved"
+        # As of an event, the links keep it; a hostile instance's link is its own.
+        page.goto(server.at(f"/report?campaign=big&as_of={CELLS}"))
+        href = page.locator(f"a:text-is('{XSS_INSTANCE}')").get_attribute("href")
+        assert href == "/campaigns/big?" + urlencode({"instance": XSS_INSTANCE, "as_of": CELLS})
+        page.click(f"a:text-is('{XSS_INSTANCE}')")
+        page.wait_for_url(f"**as_of={CELLS}")
+        assert _count(page, "pending") == str(CELLS)
+        assert [c.get_attribute("data-cell") for c in _rows(page).all()] == [
+            f"big:{XSS_INSTANCE}:A:0"
+        ]
+        assert page.evaluate("() => window.__xss") is None
