@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from arenad.cell.machine import fold
+from arenad.cell.machine import CellState, apply, fold
 from arenad.readmodels.cells import status_reason
 from arenad.readmodels.results import (
     RESULTS,
@@ -55,11 +55,29 @@ _OUTCOME = f"""CASE
     WHEN json_extract({_S}, '$.failed.classification') = 'agent' THEN 'unresolved'
     ELSE 'pending'
 END"""
-_RESULT = f"""CASE {_OUTCOME}
-    WHEN 'resolved' THEN 0
-    WHEN 'unresolved' THEN CASE WHEN scored = 1 THEN 1 ELSE 2 END
-    WHEN 'pending' THEN CASE WHEN state IN ('submitted', 'materialized') THEN 4 ELSE 3 END
-    ELSE 2
+# A cell's result (its index in RESULTS) for filters and the order, over every cell of a
+# campaign: the rule above, with the stored state parsed only where the row's columns and
+# two byte tests cannot decide, each exact. `interrupted` is CellState's last field, so a
+# state whose encoding ends `"interrupted":null}` was not interrupted (else: parsed); a
+# state with no `"verdict":{` anywhere has no verdict (else: parsed). Only a CellFailed
+# sets `failed`, and the cell is then in state 'failed' (and any failure without a verdict
+# is not scored); `verified` is in the `scored` column.
+_NOT_INTERRUPTED = "substr(state_json, -19) = CAST('\"interrupted\":null}' AS BLOB)"
+_NO_VERDICT = "instr(state_json, CAST('\"verdict\":{' AS BLOB)) = 0"
+_RESULT = f"""CASE
+    WHEN NOT {_NOT_INTERRUPTED} AND json_extract({_S}, '$.interrupted') IS NOT NULL THEN 2
+    WHEN scored = 1 THEN
+        CASE
+            WHEN NOT {_NO_VERDICT}
+                AND json_type({_S}, '$.verdict.resolved') IN ('true', 'false') THEN
+                CASE WHEN json_extract({_S}, '$.verdict.resolved') = 1 THEN 0 ELSE 1 END
+            WHEN verify_pass = 1 THEN 0
+            ELSE 1
+        END
+    WHEN scored = 0 THEN 2
+    WHEN state = 'failed' THEN 2
+    WHEN state IN ('submitted', 'materialized') THEN 4
+    ELSE 3
 END"""
 _ORDER = {
     "result": _RESULT,
@@ -142,28 +160,35 @@ async def sql_page(db: aiosqlite.Connection, q: ResultQuery) -> ResultPage:
                 wall_s=wall,
                 updated_at_ms=int(updated),
             )
+    counts, cost_units, costed = await _counts(db, q.campaign)
     return ResultPage(
         rows=[found[i] for i in ids],
         matching=matching,
-        counts=await _counts(db, q.campaign),
+        counts=counts,
         arms=await _arms(db, q.campaign),
+        cost_units=cost_units,
+        costed=costed,
     )
 
 
-async def _counts(db: aiosqlite.Connection, campaign: str) -> dict[str, int]:
-    # From the tallies (a few rows per arm), not the cells.
+async def _counts(db: aiosqlite.Connection, campaign: str) -> tuple[dict[str, int], int, int]:
+    """(cells by result, known cost units, costed cells): from the tallies (a few rows
+    per arm), not the cells."""
     counts: dict[str, int] = dict.fromkeys(RESULTS, 0)
-    for state, outcome, cells, scored in await db.execute_fetchall(
-        "SELECT state, outcome, SUM(cells), SUM(scored) FROM arm_tallies"
-        " WHERE campaign = ? AND cells > 0 GROUP BY state, outcome",
+    cost_units = costed = 0
+    for state, outcome, cells, scored, known, units in await db.execute_fetchall(
+        "SELECT state, outcome, SUM(cells), SUM(scored), SUM(costed), SUM(cost_units)"
+        " FROM arm_tallies WHERE campaign = ? AND cells > 0 GROUP BY state, outcome",
         (campaign,),
     ):
+        cost_units += int(units)
+        costed += int(known)
         if outcome == "unresolved":
             counts["unresolved"] += int(scored)
             counts["not_scored"] += int(cells) - int(scored)
         else:
             counts[result_of(str(outcome), False, str(state))] += int(cells)
-    return counts
+    return counts, cost_units, costed
 
 
 async def _arms(db: aiosqlite.Connection, campaign: str) -> list[str]:
@@ -174,18 +199,30 @@ async def _arms(db: aiosqlite.Connection, campaign: str) -> list[str]:
     return [str(a) for (a,) in rows]
 
 
-# Cells' streams read per batch when folding (bounded memory for their events).
+# Events (or cells' streams) read per batch when folding (bounded memory for them).
 BATCH = 2000
 
 
 async def _folded_rows(store: EventStore, campaign: str, as_of: int | None) -> list[ResultRow]:
     # ':' never occurs in a campaign name, so the prefix selects exactly its cells.
-    streams = await store.streams(f"{CELL}{campaign}:")
+    prefix = f"{CELL}{campaign}:"
+    if as_of is not None:
+        # The log's prefix in order, read up to the event and no further: an early moment
+        # of a long log reads little.
+        states: dict[str, CellState] = {}
+        async for batch in store.read_batches(0, BATCH):
+            for r in batch:
+                if r.seq > as_of:
+                    return [row_of(s) for s in states.values()]
+                if r.stream.startswith(prefix):
+                    states[r.stream] = apply(states.get(r.stream), r.event, r.recorded_at_ms)
+        return [row_of(s) for s in states.values()]
+    streams = await store.streams(prefix)
     rows = []
     for i in range(0, len(streams), BATCH):
         groups = await store.read_stream_groups(streams[i : i + BATCH])
         for records in groups.values():
-            state = fold([r for r in records if as_of is None or r.seq <= as_of])
+            state = fold(records)
             if state is not None:
                 rows.append(row_of(state))
         del groups

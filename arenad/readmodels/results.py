@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from arenad.budget.spend import units, usd
 from arenad.cell.machine import CellState, CellStatus
 from arenad.cell.outcome import outcome_of
 from arenad.readmodels.cells import status_reason
@@ -105,6 +106,14 @@ class ResultPage(msgspec.Struct, frozen=True, kw_only=True):
     counts: dict[str, int]
     # The campaign's arms (for the arm filter).
     arms: list[str]
+    # The known cost of the cells' current attempts (pico-USD, exact in any order), over
+    # ``costed`` cells: the tallies' figure, not every run's (the overview's).
+    cost_units: int = 0
+    costed: int = 0
+
+    @property
+    def cost_usd(self) -> float:
+        return usd(self.cost_units)
 
     @property
     def pages(self) -> int:
@@ -200,4 +209,6 @@ def select(rows: Iterable[ResultRow], q: ResultQuery) -> ResultPage:
         matching=len(chosen),
         counts=counts,
         arms=sorted({r.arm for r in every}),
+        cost_units=sum(units(r.cost_usd) for r in every if r.cost_usd is not None),
+        costed=sum(r.cost_usd is not None for r in every),
     )

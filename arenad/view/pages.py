@@ -251,15 +251,12 @@ def campaign_page(
     q: ResultQuery,
     page: ResultPage,
     *,
-    line: CampaignLine | None,
     as_of: int | None,
     head: int,
 ) -> str:
     return _render(
         "campaign.html",
         campaign=q.campaign,
-        line=line,
-        spend=_spend(line) if line is not None else None,
         head=head,
         scrub_at=as_of if as_of is not None else head,
         hidden=query_params(q, None, {"page": None}),

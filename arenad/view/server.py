@@ -369,9 +369,8 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
 
     async def campaign(request: Request) -> Response:
         q, page, as_of, head = await results(request)
-        await follower.ready.wait()
-        line = next((c for c in follower.fold.snapshot().campaigns if c.name == q.campaign), None)
-        return HTMLResponse(campaign_page(q, page, line=line, as_of=as_of, head=head))
+        # Nothing of the follower's fold: its snapshot is a pass over every cell.
+        return HTMLResponse(campaign_page(q, page, as_of=as_of, head=head))
 
     async def campaign_results_region(request: Request) -> Response:
         q, page, as_of, _ = await results(request)

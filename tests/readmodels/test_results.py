@@ -10,7 +10,7 @@ import msgspec
 
 from arenad.cell.machine import fold
 from arenad.home import Home, open_store
-from arenad.readmodels.result_pages import sql_page
+from arenad.readmodels.result_pages import campaign_results, sql_page
 from arenad.readmodels.results import (
     RESULTS,
     SORTS,
@@ -77,12 +77,39 @@ CELLS: list[tuple[str, str, list[Event], str]] = [
     ),
     ("d%1", "SOLO", _verified(True, judged=False), "unresolved"),
     ("d-2", "SOLO", _verified(True, cost=0.1), "resolved"),
+    (
+        "e-1",
+        "SOLO",
+        [
+            *DONE[:2],
+            ev.RunAborted(attempt=1, reason="operator stop", cause="operator"),
+            ev.CellRecovered(attempt=1, store_available=True, spend=ev.SpendFigures(sessions=1)),
+        ],
+        "not_scored",
+    ),
+    (
+        "e-2",
+        "CLI",
+        [
+            *DONE[:2],
+            ev.RunAborted(attempt=1, reason="hung", cause="agent"),
+            ev.CellVerified(attempt=1, scored=True, verify_rc=0, verify_pass=True),
+        ],
+        "resolved",
+    ),
+    # Its instance's data has a key named as the state's: the byte test cannot decide.
+    ("verdict-in-extra", "CLI", _verified(False), "unresolved"),
 ]
 
 
 async def _fill(store: EventStore) -> None:
     for i, (instance, arm, events, _) in enumerate(CELLS):
         spec = make_spec(campaign="web", instance_id=instance, arm=arm, rep=i % 2)
+        if instance == "verdict-in-extra":
+            extra = {"verdict": {"resolved": True}, "interrupted": None}
+            spec = msgspec.structs.replace(
+                spec, instance=msgspec.structs.replace(spec.instance, extra=extra)
+            )
         await store.append(cell_stream(spec.cell_id), 0, [ev.CellSubmitted(spec=spec), *events])
     other = make_spec(campaign="other", instance_id="a-1")
     await store.append(cell_stream(other.cell_id), 0, [ev.CellSubmitted(spec=other)])
@@ -128,9 +155,9 @@ async def test_a_page_reads_its_filters(tmp_path: Path) -> None:
         db = store.connection
         page = await sql_page(db, ResultQuery(campaign="web"))
         assert page.counts == {
-            "resolved": 2,
-            "unresolved": 2,
-            "not_scored": 2,
+            "resolved": 3,
+            "unresolved": 3,
+            "not_scored": 3,
             "running": 1,
             "pending": 2,
         }
@@ -149,3 +176,18 @@ async def test_a_page_reads_its_filters(tmp_path: Path) -> None:
         assert [r.instance_id for r in by_cost.rows[:2]] == ["a-1", "d-2"]
         missing = await sql_page(db, ResultQuery(campaign="nope"))
         assert missing.arms == [] and missing.rows == []
+
+
+async def test_as_of_the_last_event_is_now_and_earlier_is_a_prefix(tmp_path: Path) -> None:
+    async with open_store(Home(tmp_path), create=True) as store:
+        await _fill(store)
+        assert isinstance(store, SqliteEventStore)
+        head = await store.last_seq()
+        q = ResultQuery(campaign="web", sort="result")
+        now = await sql_page(store.connection, q)
+        folded = await campaign_results(store, q, as_of=head)
+        assert msgspec.to_builtins(folded) == msgspec.to_builtins(now)
+        # After the first append (one cell, all its events): that cell alone.
+        first = await campaign_results(store, q, as_of=1)
+        assert first is not None and first.matching == 1 and first.counts["pending"] == 1
+        assert await campaign_results(store, ResultQuery(campaign="other"), as_of=1) is None
