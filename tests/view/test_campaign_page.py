@@ -131,7 +131,15 @@ def test_scrub_back_and_the_page_follows_the_log(page: Any, home: Path, tmp_path
             arg=PER_RESULT + 1,
         )
         assert _rows(page).count() == running - 1
+        # The scrubber reaches the log's new end.
+        head = run_async(_head(home))
+        assert page.eval_on_selector("#scrub", "el => [el.max, el.value]") == [str(head)] * 2
         assert page.evaluate("() => window.__kept") == marker
+
+
+async def _head(home: Path) -> int:
+    async with open_store(Home(home)) as store:
+        return await store.last_seq()
 
 
 async def _append(home: Path, requests: list[AppendRequest]) -> None:

@@ -53,7 +53,15 @@
       const value = doc.values[el.dataset.live];
       if (value !== undefined && el.textContent !== value) el.textContent = value;
     }
-    if (results && region && String(doc.last_seq) !== seq) refresh();
+    if (results && region && String(doc.last_seq) !== seq) {
+      refresh();
+      // The scrubber reaches the log's new end; left at "now", it stays there.
+      if (scrub && scrubAt) {
+        const atEnd = scrub.value === scrub.max;
+        scrub.max = String(doc.last_seq);
+        if (atEnd) { scrub.value = scrub.max; scrubAt.textContent = scrub.max; }
+      }
+    }
     seq = String(doc.last_seq);
     document.body.dataset.seq = seq;
   });
