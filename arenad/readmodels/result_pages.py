@@ -79,6 +79,14 @@ _RESULT = f"""CASE
     WHEN state IN ('submitted', 'materialized') THEN 4
     ELSE 3
 END"""
+# What each result implies of a row's columns, read off _RESULT's branches (not scored,
+# which an interruption can make of any row, implies none).
+_IMPLIED = {
+    0: "scored = 1",
+    1: "scored = 1",
+    3: "scored IS NULL AND state NOT IN ('submitted', 'materialized', 'failed')",
+    4: "state IN ('submitted', 'materialized')",
+}
 _ORDER = {
     "result": _RESULT,
     "instance": "instance_id",
@@ -123,8 +131,13 @@ async def sql_page(db: aiosqlite.Connection, q: ResultQuery) -> ResultPage:
         where.append("instance_id LIKE ? ESCAPE '\\'")
         params.append(_like(q.text))
     if q.result is not None:
+        index = RESULTS.index(q.result)
+        # A condition on the row's columns that the result implies, first: the rows it
+        # rules out are decided without reading their stored state.
+        if index in _IMPLIED:
+            where.append(_IMPLIED[index])
         where.append(f"{_RESULT} = ?")
-        params.append(RESULTS.index(q.result))
+        params.append(index)
     clause = " AND ".join(where)
     direction = "DESC" if q.desc else "ASC"
     rows = await db.execute_fetchall(f"SELECT COUNT(*) FROM cells WHERE {clause}", params)
