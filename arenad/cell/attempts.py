@@ -36,9 +36,9 @@ import msgspec
 from events import capture as cap
 from events import cell as ev
 from events.base import Event, Recorded
-from events.streams import INGEST, attempt_stream_parts
+from events.streams import INGEST, attempt_stream_parts, cell_of, is_cell_stream
 
-__all__ = ["Attempt", "RunEnded", "attempt_of", "attempts"]
+__all__ = ["Attempt", "RunEnded", "attempt_key", "attempt_of", "attempts"]
 
 RunEnded = ev.RunCompleted | ev.RunTimedOut | ev.RunAborted
 
@@ -117,6 +117,17 @@ def attempt_of(stream: str, event: Event) -> int | None:
         return attempt
     parts = attempt_stream_parts(stream)
     return parts[2] if parts is not None else None
+
+
+def attempt_key(stream: str, event: Event) -> tuple[str, int] | None:
+    """(cell id, attempt) of a record of any stream, for a fold over many cells: a cell
+    stream's event that names its attempt, or an event of an ingest or capture stream
+    (the attempt in its name); None for any other record."""
+    if is_cell_stream(stream):
+        attempt = getattr(event, "attempt", None)
+        return (cell_of(stream), attempt) if type(attempt) is int else None
+    parts = attempt_stream_parts(stream)
+    return (parts[1], parts[2]) if parts is not None else None
 
 
 class _Open:
