@@ -31,7 +31,7 @@ from arenad.store.base import EventStore
 from events import cell as ev
 from events.base import Recorded
 from events.specs import CellSpec, campaign_of
-from events.streams import CELL, cell_of
+from events.streams import CELL, campaign_cells, cell_of
 
 __all__ = ["ExportCell", "Head", "LineAttempt", "Lineage", "cells_of", "log_head"]
 
@@ -133,7 +133,7 @@ async def _chosen_cells(store: EventStore, campaigns: Sequence[str]) -> list[str
         return [cell_of(s) for s in await store.streams(CELL)]
     cells: list[str] = []
     for campaign in dict.fromkeys(campaigns):
-        found = [cell_of(s) for s in await store.streams(f"{CELL}{campaign}:")]
+        found = [cell_of(s) for s in await store.streams(campaign_cells(campaign))]
         if not found:
             raise UserError(f"--campaign {campaign}: no such campaign")
         cells += found

@@ -22,7 +22,7 @@ from events import cell as ev
 from events.base import Recorded
 from events.specs import campaign_of
 from events.streams import CELL as CELL_PREFIX
-from events.streams import cell_of, ingest_stream
+from events.streams import campaign_cells, cell_of, ingest_stream
 
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
 
@@ -55,8 +55,7 @@ async def report_store(
     streams: list[str] = []
     if chosen:
         for name in chosen:
-            # ':' never occurs in a campaign name, so the prefix selects exactly its cells.
-            found = await store.streams(f"{CELL_PREFIX}{name}:")
+            found = await store.streams(campaign_cells(name))
             if not found:
                 raise UserError(f"no such campaign: {name} (see `arenad status`)")
             streams += found
