@@ -7,6 +7,9 @@ nothing else: no file, store, clock or random source — times come from
 ``recorded_at_ms``, ids from ``rollout_id`` over stable keys. Every line kind is built
 from the same section builders (``arenad.ledger.lines``).
 
+A cell's attempts are folded once, by :mod:`arenad.cell.attempts` (the report and the
+export read the same fold); this module only turns each attempt into lines.
+
 The reference is the swe-arena backfill (``shared/seeds/003``, facts rollout-v1 §5),
 brought to the current schema; where it reads a run-dir file, the same fact is read from
 the event that recorded it:

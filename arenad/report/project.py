@@ -1,10 +1,12 @@
 """The report as a pure projection of the log: cells' streams in, a ``Report`` out.
 
 Two folds, so memory is bounded by one cell, never the log: ``cell_facts(records)`` turns
-ONE cell's ``cell/<id>`` stream into a small ``CellFacts``; ``build_report(facts)`` turns
-every selected cell's facts into the figures. Neither reads a file, a store, a clock or a
-random source (the bootstrap's PRNG is seeded by a constant); times come from
-``recorded_at_ms``. Everything is sorted, so the same log gives the same bytes.
+ONE cell's ``cell/<id>`` stream into a small ``CellFacts`` (its runs from the attempts
+fold, :mod:`arenad.cell.attempts`; its outcome from the machine's state);
+``build_report(facts)`` turns every selected cell's facts into the figures. Neither reads
+a file, a store, a clock or a random source (the bootstrap's PRNG is seeded by a
+constant); times come from ``recorded_at_ms``. Everything is sorted, so the same log
+gives the same bytes.
 
 Decisions (where the issue is silent):
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 from rich.console import Console
 
+from arenad.cell.attempts import attempts
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.report.project import CellFacts, Report, build_report, cell_facts, pool_conflicts
@@ -98,11 +99,10 @@ async def _gateway_ingest(
     if spec is None or spec.gateway.kind != "gateway":
         return {}
     out: dict[int, Sequence[Recorded]] = {}
-    for r in records:
-        if isinstance(r.event, ev.RunStarted):
-            n = r.event.attempt
-            ingested = await store.read_stream(ingest_stream(spec.cell_id, n))
-            out[n] = [i for i in ingested if as_of is None or i.seq <= as_of]
+    for a in attempts(records):
+        if a.started is not None:
+            ingested = await store.read_stream(ingest_stream(spec.cell_id, a.n))
+            out[a.n] = [i for i in ingested if as_of is None or i.seq <= as_of]
     return out
 
 
