@@ -11,7 +11,9 @@ does, on its node:
 - **the run** (:meth:`CellActor.start` ...): the same launcher and wrapper as a local run
   (:func:`arenad.executors.spawn.spawn`), held until the head has committed
   ``RunStarted`` and calls :meth:`CellActor.release`; the same deadline, abort and exit
-  record (:class:`~arenad.runs.detached.DetachedRun`);
+  record (:class:`~arenad.runs.detached.DetachedRun`), disk bound and container
+  (``[sandbox] kind = "docker"``: the node's own engine, its container removed here when
+  the run ends, and by the wrapper when this actor dies first);
 - **observation** (:meth:`CellActor.observe` / :meth:`CellActor.pull`): the same tailers
   as a local run, handing the head one batch at a time (:mod:`arenad.executors.ray.batches`),
   at most ``WINDOW`` ahead of what the head has appended (bounded; a restarted head
@@ -356,7 +358,14 @@ class CellActor:
             os.close(read_end)
         self._run, self._released, self._end = run, False, None
         self._container = request.container
-        return spawn.record(run, executor="ray", node=self.node)
+        unlimited = None
+        if request.container is not None and request.limits is not None:
+            # No cgroup of the run's on a node; the container's own limits hold all the same.
+            unlimited = (
+                "no cgroup on a Ray node; the container's own limits apply"
+                " (docker --memory, --pids-limit, --cpus)"
+            )
+        return spawn.record(run, executor="ray", node=self.node, unlimited_reason=unlimited)
 
     async def attach(self, pid: int) -> Reply:
         """What this actor holds of run ``pid``: "held" (never released), "running" /

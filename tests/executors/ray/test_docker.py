@@ -167,3 +167,23 @@ async def test_the_reaper_has_the_nodes_remove_the_homes_orphaned_containers(
     finally:
         for name in made:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+HOG = "python3 -c \"b = b'x' * (400 << 20); import time; time.sleep(60)\""
+
+
+async def test_a_memory_hog_in_its_container_on_a_node_is_recorded_so(
+    executor: Any, tmp_path: Path
+) -> None:
+    from arenad.runs.cgroups import Limits
+
+    request = _in_container(tmp_path / "home", tmp_path / "run", HOG)
+    request = msgspec.structs.replace(request, limits=Limits(memory_bytes=256 << 20))
+    site = await executor.site(CELL, 1)
+    run = await site.start(request)
+    # Docker's flags limit it, not a cgroup of the run's: the record says which.
+    assert run.record.unlimited_reason and "container's own limits" in run.record.unlimited_reason
+    await run.release()
+    end = await run.wait()
+    assert end.limit == "memory", end
+    assert request.container is not None and not _exists(request.container)
