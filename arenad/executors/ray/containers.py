@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -39,12 +40,18 @@ def _remove(names: list[str]) -> list[str]:
     return asyncio.run(reaper.remove(names))
 
 
+@functools.cache
+def _remote(fn: Callable[..., Any]) -> Any:
+    """``fn`` as a Ray remote function (made once: each one is exported to the cluster)."""
+    return ray.remote(fn)
+
+
 async def _on(node_id: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` run as a task on node ``node_id`` only: no CPU taken, never retried
     (on another node it would see another engine)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task: Any = ray.remote(fn).options(
+    task: Any = _remote(fn).options(
         num_cpus=0,
         max_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
