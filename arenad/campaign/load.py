@@ -846,13 +846,6 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         # the verify command brings in the patch.
         raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
-    ray = parsed.executor is not None and parsed.executor.kind == "ray"
-    if ray and parsed.sandbox is not None and parsed.sandbox.kind == "docker":
-        # A node would start the container without the wrapper's container handling (its
-        # OOM state, its removal): refused rather than half done.
-        raise CampaignError(
-            f'{where}: [sandbox] kind = "docker" does not run on [executor] kind = "ray" yet'
-        )
     gateway = _gateway(parsed.gateway, where)
     return _Resolved(
         parsed=parsed,
