@@ -2,9 +2,9 @@
 
 ``attempts(records)`` turns the recorded events of ONE cell (its ``cell/<id>`` stream and
 any of its ``capture/<id>/<n>`` and ``ingest/<id>/<n>`` streams) into one frozen
-:class:`Attempt` per attempt, in attempt order. The ledger, the report and the export read
-it, so "what attempt n's run, verdict and spend were" is decided in one place; the
-machine's fold (:mod:`arenad.cell.machine`) stays the cell's *current* state.
+:class:`Attempt` per attempt, in attempt order. The ledger, the report, the export and the
+view's cell page read it, so "what attempt n's run, verdict and spend were" is decided in
+one place; the machine's fold (:mod:`arenad.cell.machine`) stays the cell's *current* state.
 
 The rules, the same for every reader:
 
@@ -13,7 +13,8 @@ The rules, the same for every reader:
   cell's submission opens attempt 1; a record of no attempt opens nothing.
 - **The latest fact wins** for each slot (a reverify's ``CellVerified`` replaces the
   run's, the newest judge verdict is the attempt's), except captured sessions (the first
-  capture of a session id is kept) and unmatched worker cwds (each once, first seen first).
+  capture of a session id is kept), unmatched worker cwds (each once, first seen first)
+  and ``verdicts`` (every judge verdict, in log order: the history a reverify leaves).
 - **Times** are the events' recorded times: ``captured_at_ms`` (the recovery, else a
   failure after the run started: when the ledger's lines were settled) and
   ``settled_at_ms`` (the latest of the recovery and a failure after the start: when the
@@ -60,7 +61,10 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     ended_at_ms: int | None = None
     verified: ev.CellVerified | None = None
     patch: ev.PatchCaptured | None = None
+    verify_log: ev.VerifyLogCaptured | None = None
     verdict: ev.JudgeVerdictRecorded | None = None
+    # Every judge verdict of the attempt, in log order (``verdict`` is the last).
+    verdicts: tuple[ev.JudgeVerdictRecorded, ...] = ()
     supervisor: ev.SupervisorOutcome | None = None
     provenance: ev.ProvenanceRecorded | None = None
     recovered: ev.CellRecovered | None = None
@@ -155,7 +159,9 @@ class _Open:
         "unavailable",
         "unmatched",
         "verdict",
+        "verdicts",
         "verified",
+        "verify_log",
     )
 
     def __init__(self, n: int, seq: int) -> None:
@@ -168,7 +174,9 @@ class _Open:
         self.ended_at_ms: int | None = None
         self.verified: ev.CellVerified | None = None
         self.patch: ev.PatchCaptured | None = None
+        self.verify_log: ev.VerifyLogCaptured | None = None
         self.verdict: ev.JudgeVerdictRecorded | None = None
+        self.verdicts: list[ev.JudgeVerdictRecorded] = []
         self.supervisor: ev.SupervisorOutcome | None = None
         self.provenance: ev.ProvenanceRecorded | None = None
         self.recovered: ev.CellRecovered | None = None
@@ -196,6 +204,8 @@ class _Open:
                 self.verified = e
             case ev.PatchCaptured():
                 self.patch = e
+            case ev.VerifyLogCaptured():
+                self.verify_log = e
             case ev.CellRecovered():
                 self.recovered, self.recovered_at_ms, self.settled_at_ms = e, at, at
             case ev.CellFailed():
@@ -204,6 +214,7 @@ class _Open:
                     self.settled_at_ms = at
             case ev.JudgeVerdictRecorded():
                 self.verdict = e
+                self.verdicts.append(e)
             case ev.SupervisorOutcome():
                 self.supervisor = e
             case ev.ProvenanceRecorded():
@@ -234,7 +245,9 @@ class _Open:
             ended_at_ms=self.ended_at_ms,
             verified=self.verified,
             patch=self.patch,
+            verify_log=self.verify_log,
             verdict=self.verdict,
+            verdicts=tuple(self.verdicts),
             supervisor=self.supervisor,
             provenance=self.provenance,
             recovered=self.recovered,

@@ -5,9 +5,11 @@ Everything here is data for the page, read from events only (no file, no store, 
 clock): the timeline (the audit trail: every event of the cell's stream, and the
 ingestion's and captures' own facts), and per attempt its run, verdict, patch (the
 ``cell.patch-captured`` text), verify log (``cell.verify-log-captured``), spend, the
-transcript (the captured opencode sessions, as the ledger reads them) and the ingested
-lines. Text the agent produced stays text: it is shortened for the page (the log keeps
-it whole) and escaped by the templates, never interpreted.
+transcript (the captured opencode sessions) and the ingested lines. The attempts are the
+one fold the ledger and the report read (:mod:`arenad.cell.attempts`), so the page says
+what they say of each attempt; this module only lays them out. Text the agent produced
+stays text: it is shortened for the page (the log keeps it whole) and escaped by the
+templates, never interpreted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from arenad.cell.attempts import Attempt, RunEnded, attempts
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost
 from arenad.gateway.reconcile import gateway_calls, gateway_figures, mismatch
@@ -513,170 +516,133 @@ def _tail(log: ev.TextExcerpt | None) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- the fold
+# --------------------------------------------------------------------------- the page
 
 
-class _Attempt:
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.started: ev.RunStarted | None = None
-        self.ended: str | None = None
-        self.wall_s: float | None = None
-        self.verified: ev.CellVerified | None = None
-        self.patch: ev.TextExcerpt | None = None
-        self.patch_files: list[ev.PatchFile] | None = None
-        self.patch_files_omitted = 0
-        self.verify_log: ev.TextExcerpt | None = None
-        self.verdicts: list[ev.JudgeVerdictRecorded] = []
-        self.recovered: ev.CellRecovered | None = None
-        self.supervisor: ev.SupervisorOutcome | None = None
-        self.failed: ev.CellFailed | None = None
-        self.sessions: list[SessionView] = []
-        self.gaps: list[str] = []
-        self.lines: list[IngestedLine] = []
-        self.lines_total = 0
-        self.ingested: list[Recorded] = []
+def _ended(e: RunEnded) -> str:
+    """How the run ended, one line."""
+    match e:
+        case ev.RunCompleted():
+            return f"completed, rc {e.rc}"
+        case ev.RunTimedOut():
+            return f"timed out, rc {e.rc}"
+        case ev.RunAborted():
+            return f"aborted ({e.reason}), rc {e.rc}"
 
-    def on_cell(self, e: object) -> None:
-        match e:
-            case ev.RunStarted():
-                self.started = e
-            case ev.RunCompleted():
-                self.ended, self.wall_s = f"completed, rc {e.rc}", e.wall_s
-            case ev.RunTimedOut():
-                self.ended, self.wall_s = f"timed out, rc {e.rc}", e.wall_s
-            case ev.RunAborted():
-                self.ended, self.wall_s = f"aborted ({e.reason}), rc {e.rc}", e.wall_s
-            case ev.CellVerified():
-                self.verified = e
-            case ev.PatchCaptured():
-                self.patch = e.patch
-                self.patch_files, self.patch_files_omitted = e.files, e.files_omitted
-            case ev.VerifyLogCaptured():
-                self.verify_log = e.log
-            case ev.JudgeVerdictRecorded():
-                self.verdicts.append(e)
-            case ev.CellRecovered():
-                self.recovered = e
-            case ev.SupervisorOutcome():
-                self.supervisor = e
-            case ev.CellFailed():
-                self.failed = e
 
-    def on_capture(self, e: object) -> None:
-        match e:
-            case cap.AgentSessionCaptured():
-                self.sessions.append(_session(e))
-            case cap.AgentStoreUnavailable():
-                self.gaps.append(f"the agent's store {e.store_path} could not be read: {e.error}")
-            case cap.WorkerCwdUnmatched():
-                self.gaps.append(f"no session for the worker directory {e.cwd}")
+def _gaps(a: Attempt) -> list[str]:
+    """The attempt's capture gaps, as the page says them."""
+    gaps = []
+    if a.unavailable is not None:
+        u = a.unavailable
+        gaps.append(f"the agent's store {u.store_path} could not be read: {u.error}")
+    return gaps + [f"no session for the worker directory {cwd}" for cwd in a.unmatched]
 
-    def on_ingest(self, r: Recorded) -> bool:
-        """Take an ingested line; False for the ingestion's other facts (timeline rows)."""
+
+def _is_line(r: Recorded) -> bool:
+    """An ingested line (its own section), not one of the ingestion's other facts (a
+    timeline row)."""
+    return isinstance(r.event, ing.LineIngested | ing.LineMalformed)
+
+
+def _lines(ingested: Sequence[Recorded]) -> tuple[list[IngestedLine], int]:
+    """The first ``LINES_SHOWN`` ingested lines, and how many there are."""
+    shown: list[IngestedLine] = []
+    total = 0
+    for r in ingested:
         e = r.event
         if not isinstance(e, ing.LineIngested | ing.LineMalformed):
-            return False
-        self.lines_total += 1
-        if isinstance(e, ing.LineIngested) and e.source == "gateway":
-            self.ingested.append(r)
-        if len(self.lines) < LINES_SHOWN:
-            self.lines.append(_line(r, e))
-        return True
+            continue
+        total += 1
+        if len(shown) < LINES_SHOWN:
+            shown.append(_line(r, e))
+    return shown, total
 
-    def view(self, kind: str) -> AttemptView:
-        cost = run_cost(kind, self.recovered, self.supervisor) if self.started is not None else None
-        patch = _excerpt(self.patch, "head") if self.patch is not None else None
-        return AttemptView(
-            number=self.number,
-            started=self.started,
-            ended=self.ended,
-            wall_s=self.wall_s,
-            verified=self.verified,
-            patch=patch,
-            patch_files=self.patch_files,
-            patch_files_omitted=self.patch_files_omitted,
-            patch_lines=diff_lines(patch.text) if patch is not None else [],
-            verify_log=_excerpt(self.verify_log, "tail") if self.verify_log else None,
-            verdicts=self.verdicts,
-            recovered=self.recovered,
-            supervisor=self.supervisor,
-            cost_usd=cost,
-            failed=self.failed,
-            sessions=self.sessions,
-            gaps=self.gaps,
-            lines=self.lines,
-            lines_total=self.lines_total,
-            gateway=self._gateway(),
-            tests=_tests(self.verdicts[-1]) if self.verdicts else None,
-            **_tail(self.verify_log),
-        )
 
-    def _gateway(self) -> GatewayView | None:
-        calls = gateway_calls(self.ingested)
-        if not calls:
-            return None
-        figures = gateway_figures(calls)
-        s = self.recovered.spend if self.recovered is not None else None
-        agent = (
-            {
-                "usd": s.cost_usd,
-                "tokens_in": s.tokens_in,
-                "tokens_out": s.tokens_out,
-                "tokens_reasoning": s.tokens_reasoning,
-                "cache_read": s.cache_read,
-                "cache_write": s.cache_write,
-            }
-            if s is not None
-            else {}
-        )
-        return GatewayView(
-            calls=[_call(c) for c in calls[:CALLS_SHOWN]],
-            figures=figures,
-            mismatch=mismatch(agent, figures),
-        )
+def _gateway(a: Attempt) -> GatewayView | None:
+    calls = gateway_calls(a.ingested or ())
+    if not calls:
+        return None
+    figures = gateway_figures(calls)
+    s = a.spend
+    agent = (
+        {
+            "usd": s.cost_usd,
+            "tokens_in": s.tokens_in,
+            "tokens_out": s.tokens_out,
+            "tokens_reasoning": s.tokens_reasoning,
+            "cache_read": s.cache_read,
+            "cache_write": s.cache_write,
+        }
+        if s is not None
+        else {}
+    )
+    return GatewayView(
+        calls=[_call(c) for c in calls[:CALLS_SHOWN]],
+        figures=figures,
+        mismatch=mismatch(agent, figures),
+    )
+
+
+def _attempt(a: Attempt, kind: str) -> AttemptView:
+    """The page's section of one attempt, read from the attempts fold."""
+    cost = run_cost(kind, a.recovered, a.supervisor) if a.started is not None else None
+    captured = a.patch
+    patch = _excerpt(captured.patch, "head") if captured is not None else None
+    log = a.verify_log.log if a.verify_log is not None else None
+    lines, lines_total = _lines(a.ingested or ())
+    return AttemptView(
+        number=a.n,
+        started=a.started,
+        ended=_ended(a.ended) if a.ended is not None else None,
+        wall_s=a.wall_s,
+        verified=a.verified,
+        patch=patch,
+        patch_files=captured.files if captured is not None else None,
+        patch_files_omitted=captured.files_omitted if captured is not None else 0,
+        patch_lines=diff_lines(patch.text) if patch is not None else [],
+        verify_log=_excerpt(log, "tail") if log is not None else None,
+        verdicts=list(a.verdicts),
+        recovered=a.recovered,
+        supervisor=a.supervisor,
+        cost_usd=cost,
+        failed=a.failed,
+        sessions=[_session(c) for c in a.sessions],
+        gaps=_gaps(a),
+        lines=lines,
+        lines_total=lines_total,
+        gateway=_gateway(a),
+        tests=_tests(a.verdicts[-1]) if a.verdicts else None,
+        **_tail(log),
+    )
+
+
+def _timeline(ordered: Sequence[Recorded]) -> list[TimelineRow]:
+    """Every event of the cell's stream and the captures', and the ingestion's facts
+    other than its lines, in log order."""
+    rows: list[TimelineRow] = []
+    for r in ordered:
+        if is_cell_stream(r.stream):
+            rows.append(_row(r, "cell"))
+            continue
+        parts = attempt_stream_parts(r.stream)
+        if parts is None or (parts[0] == "ingest" and _is_line(r)):
+            continue
+        rows.append(_row(r, parts[0]))
+    return rows
 
 
 def cell_view(records: Iterable[Recorded]) -> CellView | None:
     """The page of the cell whose streams ``records`` are (in any order); None when they
     hold no cell stream."""
     ordered = sorted(records, key=lambda r: r.seq)
-    cell_records = [r for r in ordered if is_cell_stream(r.stream)]
-    state = fold(cell_records)
+    state = fold([r for r in ordered if is_cell_stream(r.stream)])
     if state is None:
         return None
-    attempts: dict[int, _Attempt] = {}
-
-    def attempt(n: int) -> _Attempt:
-        if n not in attempts:
-            attempts[n] = _Attempt(n)
-        return attempts[n]
-
-    timeline: list[TimelineRow] = []
-    for r in ordered:
-        e = r.event
-        if is_cell_stream(r.stream):
-            timeline.append(_row(r, "cell"))
-            number = getattr(e, "attempt", None)
-            if isinstance(number, int):
-                attempt(number).on_cell(e)
-            continue
-        parts = attempt_stream_parts(r.stream)
-        if parts is None:
-            continue
-        kind, _, number = parts
-        if kind == "ingest":
-            if not attempt(number).on_ingest(r):
-                timeline.append(_row(r, "ingest"))
-        else:
-            attempt(number).on_capture(e)
-            timeline.append(_row(r, "capture"))
-    return _view(state, timeline, attempts)
+    return _view(state, _timeline(ordered), attempts(ordered))
 
 
-def _view(
-    state: CellState, timeline: Sequence[TimelineRow], attempts: dict[int, _Attempt]
-) -> CellView:
+def _view(state: CellState, timeline: Sequence[TimelineRow], folded: Sequence[Attempt]) -> CellView:
     spec = state.spec
     kind = type(spec.arm).__struct_config__.tag
     kind = kind if isinstance(kind, str) else ""
@@ -693,7 +659,8 @@ def _view(
         problem_statement=_shorten(spec.instance.problem_statement, TEXT_SHOWN)[0],
         verify_cmd=spec.instance.verify_cmd,
         timeline=list(timeline),
-        attempts=[attempts[n].view(kind) for n in sorted(attempts, reverse=True)],
+        # Newest first: the current attempt is what one looks for.
+        attempts=[_attempt(a, kind) for a in reversed(folded)],
         result=(row := row_of(state)).result,
         why=row.why,
     )

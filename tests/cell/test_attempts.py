@@ -95,6 +95,43 @@ def test_an_interrupted_run_settles_twice() -> None:
     assert a.recovered is not None and a.failed is not None
 
 
+def _log(text: str) -> ev.TextExcerpt:
+    return ev.TextExcerpt(text=text, kept_bytes=len(text), size=len(text), sha256="0" * 64)
+
+
+def _verdict(n: int, resolved: bool) -> ev.JudgeVerdictRecorded:
+    return ev.JudgeVerdictRecorded(
+        attempt=n, judge="j", verdict_json="{}", resolved=resolved, score=None
+    )
+
+
+def test_a_reverify_keeps_every_verdict_and_the_newest_verify_log() -> None:
+    # The view's cell page lists every verdict (the history a reverify leaves) and shows
+    # the newest verify log; the ledger and the report read the newest verdict.
+    events = [
+        ev.CellSubmitted(spec=SPEC),
+        _materialized(1),
+        _started(1),
+        ev.RunCompleted(attempt=1, rc=0, wall_s=1.0),
+        ev.CellVerified(attempt=1, scored=True, verify_pass=False),
+        ev.VerifyLogCaptured(attempt=1, log=_log("first")),
+        _verdict(1, False),
+        ev.CellVerified(attempt=1, scored=True, verify_pass=True),
+        ev.VerifyLogCaptured(attempt=1, log=_log("second")),
+        _verdict(1, True),
+    ]
+    (a,) = attempts(_records([(CELL, e) for e in events]))
+    assert [v.resolved for v in a.verdicts] == [False, True]
+    assert a.verdict == a.verdicts[-1]
+    assert a.verify_log is not None and a.verify_log.log.text == "second"
+    assert a.verified is not None and a.verified.verify_pass is True
+
+
+def test_an_attempt_without_verdicts_has_none() -> None:
+    (a,) = attempts(_records([(CELL, ev.CellSubmitted(spec=SPEC)), (CELL, _materialized(1))]))
+    assert a.verdicts == () and a.verdict is None and a.verify_log is None
+
+
 def _line(offset: int) -> LineIngested:
     return LineIngested(source="stdout", path="out.jsonl", offset=offset, length=2, raw="{}")
 
@@ -255,6 +292,11 @@ def test_the_fold_agrees_with_the_machine_and_the_log(
     assert (current.ended.rc if current.ended else None) == state.run_rc
     assert current.verified == state.verified
     assert current.verdict == state.verdict
+    # Every verdict of an attempt, in log order; the newest is its verdict.
+    for a in done:
+        mine = [r.event for r in records if isinstance(r.event, ev.JudgeVerdictRecorded)]
+        assert a.verdicts == tuple(v for v in mine if v.attempt == a.n)
+        assert a.verdict == (a.verdicts[-1] if a.verdicts else None)
     assert current.recovered == state.recovered
     assert current.failed == state.failed
     assert current.provenance == state.provenance
@@ -279,8 +321,6 @@ OWN_FOLDS = {
     # share the attempt routing (attempt_key) and the cost rule (run_cost).
     "arenad/budget/spend.py",
     "arenad/readmodels/progress.py",
-    # The view's cell page, being rewritten separately (issue 28): to read the fold next.
-    "arenad/view/cell.py",
 }
 RUN_FACTS = {"RunStarted"}
 SETTLED_FACTS = {"RunCompleted", "CellVerified", "CellRecovered", "CellFailed"}
