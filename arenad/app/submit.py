@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from arenad.app.preflight import preflight_problems
+from arenad.app.preflight import arm_problems, commit_problems
 from arenad.budget.cap import fold_budget
 from arenad.campaign import Campaign, load_campaign, spec_sha256
 from arenad.containers.docker import missing_images
@@ -94,7 +94,11 @@ def check_runnable(home: Home, path: Path, campaign: Campaign) -> None:
     if not found:
         # What would fail each cell at its first step: a source or base commit that is not
         # there, an agent the sandbox would not show (checked only once the host can run).
-        found = preflight_problems(campaign.iter_cells(), str(home.root))
+        # (Collected by the validating pass: no pass over the instances of its own.)
+        found = [
+            *commit_problems(campaign.local_sources),
+            *arm_problems(campaign.first_cells, str(home.root)),
+        ]
     if found:
         shown = [f"{path}: {p}" for p in found[:MAX_PROBLEMS]]
         if len(found) > MAX_PROBLEMS:
