@@ -58,6 +58,12 @@ def source_problems(cells: Iterable[CellSpec]) -> list[str]:
         wanted.setdefault(m.source, {}).setdefault(
             spec.instance.base_commit, spec.instance.instance_id
         )
+    return commit_problems(wanted)
+
+
+def commit_problems(wanted: dict[str, dict[str, str]]) -> list[str]:
+    """:func:`source_problems` of what the cells want: each local source -> each base commit
+    -> the first instance wanting it (the campaign's validating pass collects it)."""
     problems: list[str] = []
     for source, commits in wanted.items():
         first = next(iter(commits.values()))

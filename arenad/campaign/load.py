@@ -378,6 +378,11 @@ class Campaign:
     # the engine holds them all).
     images: dict[str, str] = dataclasses.field(default_factory=dict)
     breaker_after: int = DEFAULT_BREAKER_AFTER
+    # Found by the validating pass for submit's preflight, so it needs no pass of its own:
+    # each local git source -> each base commit the instances need -> the first instance
+    # needing it, and the first selected instance's cells (each arm's first cell).
+    local_sources: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    first_cells: list[CellSpec] = dataclasses.field(default_factory=list)
 
     def iter_cells(self) -> Iterator[CellSpec]:
         """The campaign's cells in order (instance, arm, rep); raises CampaignError if the
@@ -453,13 +458,18 @@ def render_verify_template(template: str, row: dict[str, Any], where: str) -> st
     """Fill {field} placeholders from the instance row, each shell-quoted (``shlex.quote``:
     a row's value is one word of the command, never shell syntax); unknown or malformed
     -> error."""
-    for field in template_fields(template, where):
+    fields = template_fields(template, where)
+    for field in fields:
         if field not in row:
             raise CampaignError(
                 f"{where}: verify_template uses {{{field}}}, but instance"
                 f" {row.get('instance_id')!r} has no field {field!r}"
             )
-    values = {k: shlex.quote(v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()}
+    # Only the fields it names are quoted (a row's other fields may be large: patches).
+    values = {}
+    for k in fields:
+        v = row[k]
+        values[k] = shlex.quote(v if isinstance(v, str) else json.dumps(v))
     return template.format(**values)
 
 
@@ -467,10 +477,19 @@ def template_fields(template: str, where: str) -> list[str]:
     """The template's {field} names; CampaignError (naming ``where`` and verify_template)
     for a malformed template, a placeholder that is not a plain field name, or one written
     inside quotes (its value is quoted already: quoting it again would unquote it)."""
+    fields, problem = _parse_template(template)
+    if problem is not None:
+        raise CampaignError(f"{where}: {problem}")
+    return list(fields)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_template(template: str) -> tuple[tuple[str, ...], str | None]:
+    """:func:`template_fields` without the place (one parse per template, not per row)."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise CampaignError(f"{where}: verify_template is malformed: {exc}") from None
+        return (), f"verify_template is malformed: {exc}"
     fields = []
     quote: str | None = None
     for literal, field, spec, conversion in parsed:
@@ -478,16 +497,14 @@ def template_fields(template: str, where: str) -> list[str]:
         if field is None:
             continue
         if not field.isidentifier() or spec or conversion:
-            raise CampaignError(
-                f"{where}: verify_template placeholder {{{field}}} is not a plain field name"
-            )
+            return (), f"verify_template placeholder {{{field}}} is not a plain field name"
         if quote is not None:
-            raise CampaignError(
-                f"{where}: verify_template puts {{{field}}} inside {quote}quotes{quote}: write"
+            return (), (
+                f"verify_template puts {{{field}}} inside {quote}quotes{quote}: write"
                 f" {{{field}}} bare, arenad shell-quotes each value"
             )
         fields.append(field)
-    return fields
+    return tuple(fields), None
 
 
 def _quote_after(text: str, quote: str | None) -> str | None:
@@ -965,11 +982,13 @@ def _with_image(r: _Resolved, instance: InstanceSpec, where: str) -> InstanceSpe
     return instance
 
 
-def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
+def _cells_of(r: _Resolved, instance: InstanceSpec, reps: int | None = None) -> Iterator[CellSpec]:
+    """An instance's cells, in order (arm, rep); only the first ``reps`` of each arm if
+    given."""
     parsed = r.parsed
     materializer = _materializer(parsed.materializer, instance, r.base, r.where)
     for arm in r.arms:
-        for rep in range(parsed.reps):
+        for rep in range(parsed.reps if reps is None else min(reps, parsed.reps)):
             yield CellSpec(
                 campaign=parsed.name,
                 suite=parsed.suite,
@@ -1026,6 +1045,8 @@ def load_campaign(path: Path) -> Campaign:
     instance_count = 0
     preview_ids: list[str] = []
     preview_verify: list[str] = []
+    local_sources: dict[str, dict[str, str]] = {}
+    first_cells: list[CellSpec] = []
     for row, row_where in rows():
         total += 1
         instance = _instance(row, parsed.verify_template, row_where)
@@ -1037,8 +1058,16 @@ def load_campaign(path: Path) -> Campaign:
             found_ids.add(iid)
         if not selector.keep(iid):
             continue
-        _materializer(parsed.materializer, instance, base, row_where)
-        _with_image(resolved, instance, row_where)
+        materializer = _materializer(parsed.materializer, instance, base, row_where)
+        if (
+            materializer.kind == "git"
+            and materializer.source is not None
+            and os.path.isabs(materializer.source)
+        ):
+            local_sources.setdefault(materializer.source, {}).setdefault(instance.base_commit, iid)
+        instance = _with_image(resolved, instance, row_where)
+        if instance_count == 0:
+            first_cells = list(_cells_of(resolved, instance, reps=1))  # each arm's first
         instance_count += 1
         selected.update(iid.encode() + b"\0")
         if len(preview_ids) < PREVIEW_CELLS:
@@ -1113,6 +1142,8 @@ def load_campaign(path: Path) -> Campaign:
         preview_verify=preview_verify,
         _cells=cells,
         images=dict(resolved.images),
+        local_sources=local_sources,
+        first_cells=first_cells,
     )
 
 

@@ -224,8 +224,14 @@ class CellsProjector:
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
         # The store hands over only cell streams' events (``wants``), never none.
-        ids = sorted({cell_of(r.stream) for r in batch})
+        # A cell whose first event here is its stream's first has no row yet (the row is
+        # the fold of the stream): only the others are looked up (a submit's are all new).
+        first: dict[str, int] = {}
+        for r in batch:
+            first.setdefault(cell_of(r.stream), r.version)
+        ids = sorted(first)
         states: dict[str, CellState | None] = dict.fromkeys(ids)
+        ids = [cell for cell in ids if first[cell] != 1]
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))

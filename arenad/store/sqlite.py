@@ -69,6 +69,8 @@ _INSERT = (
     "INSERT INTO events (seq, stream, version, tag, schema_version, recorded_at_ms, payload, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# An events row: seq, stream, version, tag, schema_version, recorded_at_ms, payload, hash.
+_Row = tuple[int, str, int, str, int, int, bytes, bytes]
 # SQLite caps host parameters per statement; stream lists are chunked to this.
 _CHUNK = 500
 # Rows per read: large enough that the ~170 µs await is noise, small enough that
@@ -164,6 +166,15 @@ def _versions_sql(streams: Sequence[str]) -> str:
         "SELECT s.column1, (SELECT MAX(version) FROM events WHERE stream = s.column1), NULL"
         f" FROM (VALUES {values}) AS s"
     )
+
+
+async def _settle(task: asyncio.Task[None]) -> None:
+    """Stop a batch's SQL and wait until it has (the error already raised is the one
+    reported; this task's own is retrieved and dropped)."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 def _is_unwritable(exc: sqlite3.Error) -> bool:
@@ -365,7 +376,14 @@ class SqliteEventStore(EventStore):
     async def append_batches(self, batches: AsyncIterable[Sequence[AppendRequest]]) -> int:
         """One transaction across every batch: each is encoded, chained, inserted and
         projected as it arrives (the head row carries the chain from one to the next), and
-        only then dropped; COMMIT after the last, ROLLBACK if anything fails."""
+        only then dropped; COMMIT after the last, ROLLBACK if anything fails.
+
+        Pipelined: a batch's SQL (insert, projectors, head row) runs on the writer's thread
+        while the next batch is drawn and encoded here, so the caller's work and the
+        encoding overlap SQLite's. The head and the versions of the streams this
+        transaction wrote are carried in memory from batch to batch; a stream it has not
+        written yet is looked up on the reader (the write lock is held: what the reader
+        sees committed is what the transaction started from)."""
         async with self._write_lock:
             try:
                 await self._db.execute("BEGIN IMMEDIATE")
@@ -377,6 +395,10 @@ class SqliteEventStore(EventStore):
             # Each batch's head is the next one's verified start (no walk of what this
             # transaction just wrote); a rollback puts the verified head back.
             verified_before = self._verified
+            head: tuple[int, bytes] | None = None
+            versions: dict[str, int] = {}
+            looked_up: set[str] = set()
+            writing: asyncio.Task[None] | None = None
             try:
                 async for batch in batches:
                     work = [r for r in batch if r.events]
@@ -384,11 +406,26 @@ class SqliteEventStore(EventStore):
                         continue
                     if faults is not None:
                         tags |= _tags(work)
-                    done, nbytes, head = await self._append_in_transaction(work)
+                    streams = {r.stream for r in work}
+                    if head is None:
+                        seq, prev, versions, last = await self._head_and_versions(streams)
+                        if self._verified != (seq, prev) or last != seq:
+                            await self._check_chain(seq, prev, last)
+                        head = (seq, prev)
+                    else:
+                        fresh = streams - looked_up
+                        if fresh:
+                            versions.update(await self._current_versions(self._reader, fresh))
+                    looked_up |= streams
+                    rows, done, nbytes, head = self._encode(work, *head, versions)
                     self._verified = head
-                    count += sum(len(d) for d in done)
+                    count += len(rows)
                     wal_bytes += nbytes
-                    del done
+                    if writing is not None:
+                        await writing  # in order; its error is raised here
+                    writing = asyncio.create_task(self._write(rows, work, done, head))
+                if writing is not None:
+                    await writing
                 if faults is not None:
                     faults.before_commit(tags)
                 await self._db.execute("COMMIT")
@@ -396,6 +433,8 @@ class SqliteEventStore(EventStore):
                 if faults is not None:
                     await self._inject(faults.after_commit(tags))
             except BaseException as exc:
+                if writing is not None:
+                    await _settle(writing)
                 await self._rollback()
                 self._verified = verified_before
                 if isinstance(exc, sqlite3.IntegrityError) and _is_version_conflict(exc):
@@ -454,8 +493,22 @@ class SqliteEventStore(EventStore):
         seq, prev, versions, last = await self._head_and_versions({r.stream for r in requests})
         if self._verified != (seq, prev) or last != seq:
             await self._check_chain(seq, prev, last)
+        rows, result, nbytes, head = self._encode(requests, seq, prev, versions)
+        await self._write(rows, requests, result, head)
+        return result, nbytes, head
+
+    def _encode(
+        self,
+        requests: Sequence[AppendRequest],
+        seq: int,
+        prev: bytes,
+        versions: dict[str, int],
+    ) -> tuple[list[_Row], list[list[Recorded]], int, tuple[int, bytes]]:
+        """The rows to insert after the head (``seq``, ``prev``), checked against the
+        streams' ``versions`` (updated to what the rows leave), the appended events per
+        request, the WAL bytes estimate and the new head: CPU only, no SQL."""
         now = int(self._clock())
-        rows: list[tuple[int, str, int, str, int, int, bytes, bytes]] = []
+        rows: list[_Row] = []
         result: list[list[Recorded]] = []
         add = rows.append
         encode = encode_event
@@ -492,6 +545,16 @@ class SqliteEventStore(EventStore):
                 keep(Recorded(seq, stream, current, tag, schema_version, now, stored))
             versions[stream] = current
             result.append(recorded)
+        return rows, result, nbytes + _ROW_OVERHEAD * len(rows) + _COMMIT_OVERHEAD, (seq, prev)
+
+    async def _write(
+        self,
+        rows: list[_Row],
+        requests: Sequence[AppendRequest],
+        result: list[list[Recorded]],
+        head: tuple[int, bytes],
+    ) -> None:
+        """Insert encoded rows, run the projectors over them and move the head row."""
         await self._db.executemany(_INSERT, rows)
         for projector in self._projectors:
             wants = projector.wants
@@ -505,9 +568,9 @@ class SqliteEventStore(EventStore):
                     for r in done
                 ],
             )
+        seq, prev = head
         await self._db.execute("UPDATE log_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
         await self._advance_checkpoint(seq, prev)
-        return result, nbytes + _ROW_OVERHEAD * len(rows) + _COMMIT_OVERHEAD, (seq, prev)
 
     async def _head_and_versions(self, streams: set[str]) -> tuple[int, bytes, dict[str, int], int]:
         """The chain's head, the streams' versions and the highest seq of any row (past

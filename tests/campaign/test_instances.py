@@ -93,6 +93,30 @@ def test_parquet_values_become_what_json_would_hold(tmp_path: Path) -> None:
     }
 
 
+# Rows msgspec parses and rows it leaves to the standard parser (a number past 64 bits
+# parses in both; 1e999, a lone surrogate, a BOM-less NBSP-only line only in the latter).
+TRICKY = [
+    '{"instance_id": "a", "n": 123456789012345678901234567890, "f": -0.0, "x": [1.5, null]}',
+    '{"instance_id": "b", "s": "\\u00e9\\ud83d\\ude00 caf\u00e9", "d": 1, "d": 2}',
+    '{"instance_id": "c", "big": 1e999, "lone": "\\ud800"}',
+    "\u00a0",
+    '  {"instance_id": "d", "nested": {"k": [true, false, {}]}}  ',
+]
+
+
+def test_rows_are_what_the_standard_parser_reads(tmp_path: Path) -> None:
+    expected = [json.loads(t) for t in TRICKY if t.strip()]
+    lines = tmp_path / "rows.jsonl"
+    lines.write_text("\n".join(TRICKY) + "\n", encoding="utf-8")
+    array = tmp_path / "rows.json"
+    array.write_text("[" + ",".join(t for t in TRICKY if t.strip()) + "]", encoding="utf-8")
+    for path in (lines, array):
+        got = [row for row, _ in read_rows(path, "c.toml")]
+        assert repr(got) == repr(expected)  # repr: -0.0 and inf compared as written
+    wheres = [where for _, where in read_rows(lines, "c.toml")]
+    assert wheres == [f"{lines}:{n}" for n in (1, 2, 3, 5)]
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [

@@ -316,6 +316,70 @@ async def test_append_batches_chains_every_batch_and_projects_it(
     assert report.ok and report.rows == 16
 
 
+class _RefusesStream:
+    """A projector refusing any batch holding one stream's events (as the cells projector
+    refuses an illegal transition)."""
+
+    name = "refuser"
+    tables: tuple[str, ...] = ()
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.seen: list[int] = []
+
+    def wants(self, stream: str) -> bool:
+        return True
+
+    async def apply(self, db: Any, batch: Any) -> None:
+        self.seen.extend(r.seq for r in batch)
+        if any(r.stream == self.stream for r in batch):
+            raise StoreError(f"refused {self.stream}")
+
+
+async def test_append_batches_pipelined_sql_failure_rolls_back_every_batch(
+    tmp_path: Path,
+) -> None:
+    # A batch's SQL runs while the next is drawn and encoded: its failure still rolls
+    # back the whole transaction, the batches before it and the one drawn after it.
+    refuser = _RefusesStream("s/bad")
+    store = await SqliteEventStore.open(tmp_path / "events.db", projectors=[refuser])
+    drawn: list[int] = []
+    try:
+        await store.append("s/old", 0, lines(0, 2))
+
+        async def batches() -> AsyncIterator[list[AppendRequest]]:
+            for n in range(4):
+                drawn.append(n)
+                stream = "s/bad" if n == 1 else f"s/{n}"
+                yield [AppendRequest(stream, 0, lines(10 * n, 10 * n + 2))]
+
+        with pytest.raises(StoreError, match="refused s/bad"):
+            await store.append_batches(batches())
+        assert drawn == [0, 1, 2]  # the third was drawn and encoded, never written
+        assert await store.last_seq() == 2
+        assert await store.streams("s/") == ["s/old"]
+
+        # The head and versions carried in memory start again from the log: a stream
+        # written before the transaction (looked up on the reader) and one written by an
+        # earlier batch of it (carried) both continue at the right version.
+        async def good() -> AsyncIterator[list[AppendRequest]]:
+            yield [AppendRequest("s/new", 0, lines(20, 22))]
+            yield [AppendRequest("s/old", 2, lines(22, 23))]
+            yield [AppendRequest("s/new", 2, lines(23, 24))]
+
+        assert await store.append_batches(good()) == 4
+        assert [(r.seq, r.stream, r.version) for r in await collect(store.read_all())][2:] == [
+            (3, "s/new", 1),
+            (4, "s/new", 2),
+            (5, "s/old", 3),
+            (6, "s/new", 3),
+        ]
+        report = await store.verify_chain()
+        assert report.ok and report.rows == 6
+    finally:
+        await store.close()
+
+
 # -- tamper refusal: every append checks the chain from the last verified head -------------
 
 _UNGUARD = (
