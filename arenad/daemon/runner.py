@@ -41,7 +41,6 @@ from arenad.arms import (
     Arm,
     ArmContext,
     Outcome,
-    ProvenanceError,
     arm_for,
     before_start_step,
     prepare_step,
@@ -53,18 +52,17 @@ from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon import stalls, steps
+from arenad.daemon import failures, stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwritable
 from arenad.home import AttemptPaths, Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError, Seal
+from arenad.materialize import Seal
 from arenad.runs import cgroups, groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRecord, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
-from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
 from arenad.verdict.grade import GradeError, Grading
@@ -224,6 +222,11 @@ class CellRunner:
             return
         if state.status in (S.SUBMITTED, S.MATERIALIZED) and not self._may_start():
             return
+        with contextlib.suppress(failures.StepFailed):
+            await self._walk(state)
+
+    async def _walk(self, state: CellState) -> None:
+        """The step for the cell's state (one that fails is recorded, then StepFailed)."""
         match state.status:
             case S.SUBMITTED:
                 if await self._backoff(state):
@@ -297,6 +300,17 @@ class CellRunner:
             campaign_spent_usd=budget[1] if budget is not None else 0.0,
         )
 
+    def _guarded(
+        self, state: CellState, step: failures.Step
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """``step``'s exceptions that :data:`arenad.daemon.failures.FAILURES` names become
+        the cell's CellFailed (then StepFailed); the others propagate to the daemon."""
+
+        async def record(failure: failures.Failure) -> None:
+            await self._fail(state, failure.stage, failure.error, retryable=failure.retryable)
+
+        return failures.guarded(step, record)
+
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
         return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
 
@@ -305,21 +319,17 @@ class CellRunner:
     async def materialize(self, state: CellState) -> None:
         run_dir, git_root, _ = self._paths(state)
         site = await self._site(state)
-        try:
-            async with stalls.reported(self.cell_id, "materialize"):
-                result = await site.call(
-                    steps.materialize_step,
-                    state.spec,
-                    str(run_dir),
-                    dict(self.config.base_env),
-                    str(git_root),
-                )
-        except MaterializeError as exc:
-            await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
-            return
-        except OSError as exc:
-            await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
+        async with (
+            self._guarded(state, "materialize"),
+            stalls.reported(self.cell_id, "materialize"),
+        ):
+            result = await site.call(
+                steps.materialize_step,
+                state.spec,
+                str(run_dir),
+                dict(self.config.base_env),
+                str(git_root),
+            )
         self._materialized_here = True
         seal = result.seal
         await self._append(
@@ -350,27 +360,12 @@ class CellRunner:
         ctx = self._context(state)
         arm = self.arm
         site = await self._site(state)
-        try:
-            # First: an arm whose identity is unknown launches nothing (no paid run
-            # without knowing what sat in its seat), and leaves no inputs behind.
-            async with stalls.reported(self.cell_id, "spawn"):
-                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
-        except ProvenanceError as exc:
-            await self._fail(state, "provenance", str(exc), retryable=False)
-            return
-        except OSError as exc:
-            await self._fail(state, "provenance", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
-        try:
-            async with stalls.reported(self.cell_id, "spawn"):
-                launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
-        except SandboxError as exc:
-            # What the campaign asks cannot be confined here: a new attempt would fail alike.
-            await self._fail(state, "launch", str(exc), retryable=False)
-            return
-        except OSError as exc:
-            await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
+        # First: an arm whose identity is unknown launches nothing (no paid run without
+        # knowing what sat in its seat), and leaves no inputs behind.
+        async with self._guarded(state, "before_start"), stalls.reported(self.cell_id, "spawn"):
+            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        async with self._guarded(state, "prepare"), stalls.reported(self.cell_id, "spawn"):
+            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
         files = RunFiles(
             run_dir=str(ctx.run_dir),
             stdout=str(ctx.run_dir / arm.stdout_name),
@@ -394,12 +389,8 @@ class CellRunner:
             container=launch.container,
             container_forwards=launch.container_forwards,
         )
-        try:
-            async with stalls.reported(self.cell_id, "spawn"):
-                run = await site.start(request)
-        except groups.SpawnError as exc:
-            await self._fail(state, "launch", str(exc), retryable=True)
-            return
+        async with self._guarded(state, "start"), stalls.reported(self.cell_id, "spawn"):
+            run = await site.start(request)
         record = run.record
         started = ev.RunStarted(
             attempt=state.attempt,
@@ -694,19 +685,15 @@ class CellRunner:
             if stopped is not None:
                 outcome = Outcome(scored=False, not_scored_reason=stopped)
         patch_path = self._paths(state).patch_path
-        try:
-            async with stalls.reported(self.cell_id, "patch"):
-                extraction = await site.call(
-                    steps.patch_step,
-                    str(ctx.workspace),
-                    spec.instance.base_commit,
-                    list(spec.excludes),
-                    str(patch_path),
-                    recorded_seal(state),
-                )
-        except Exception as exc:
-            await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
-            return
+        async with self._guarded(state, "patch"), stalls.reported(self.cell_id, "patch"):
+            extraction = await site.call(
+                steps.patch_step,
+                str(ctx.workspace),
+                spec.instance.base_commit,
+                list(spec.excludes),
+                str(patch_path),
+                recorded_seal(state),
+            )
         patch = extraction.patch
         if extraction.tampered:
             # Evidence, not a failure: what the agent did is the attempt's result.
@@ -730,25 +717,19 @@ class CellRunner:
         # Verify runs even when the result does not count: its log is evidence too. An
         # operator's abort stops it: it never passes then, and the result does not count.
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
-        try:
-            async with stalls.reported(self.cell_id, "verify", verify_limit):
-                graded = await self._unless_aborted(
-                    site.call(
-                        steps.verify_step,
-                        spec.instance.verify_cmd,
-                        grading,
-                        str(verify_log),
-                        spec.verify_timeout_s,
-                    )
+        async with (
+            self._guarded(state, "verify"),
+            stalls.reported(self.cell_id, "verify", verify_limit),
+        ):
+            graded = await self._unless_aborted(
+                site.call(
+                    steps.verify_step,
+                    spec.instance.verify_cmd,
+                    grading,
+                    str(verify_log),
+                    spec.verify_timeout_s,
                 )
-        except GradeError as exc:
-            await self._fail(state, "grade", str(exc), retryable=True)
-            return
-        except groups.SpawnError as exc:
-            # The machine refused a process (EAGAIN: a fork flood elsewhere, a full
-            # table): not the agent's result. One line, and a new attempt.
-            await self._fail(state, "verify", str(exc), retryable=True)
-            return
+            )
         verdict = graded.verify if graded is not None else None
         # An aborted verify's rc is the abort's; a patch that did not apply ran none.
         verify_rc = verdict.rc if verdict is not None else None
