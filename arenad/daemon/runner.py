@@ -80,6 +80,11 @@ log = logging.getLogger("arenad.cell")
 
 S = CellStatus
 
+# Why a runner stops walking its cell: the daemon stops (the run in flight is aborted or
+# left to the next daemon, nothing new starts), the operator paused the cell (the step in
+# flight finishes, no next one), or its campaign is at its spend cap (held where it is).
+Stopping = Literal["shutdown", "pause", "held"]
+
 
 class RunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
     home: Home
@@ -118,7 +123,6 @@ class CellRunner:
         self.on_ingested = on_ingested
         # Sees each of the cell's own appends once committed (the daemon's circuit breaker).
         self.on_appended = on_appended
-        self.held = False
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -134,10 +138,9 @@ class CellRunner:
             append_many=group_commit.append_many if group_commit is not None else None,
         )
         self.run_in_flight: Run | None = None
-        # Set when the daemon stops: the run in flight is aborted, nothing new starts.
-        self.shutdown = False
-        # Set when the operator paused the cell: the step in flight finishes, no next one.
-        self.pause_requested = False
+        # Why the walk stops after the step in flight (None: it goes on). Set once a
+        # reason comes; a shutdown is never overwritten (see :meth:`_stop`).
+        self.stopping: Stopping | None = None
         self._materialized_here = False
         self._wake = asyncio.Event()
         # Set by an operator's abort: a verify or judge in flight is cancelled.
@@ -167,8 +170,7 @@ class CellRunner:
     def request_shutdown(self, *, abort_runs: bool = True, force: bool = False) -> None:
         """Stop after the step in flight; ``abort_runs`` ends a running agent (else it is
         left running for the next daemon to adopt); ``force`` skips the kill grace."""
-        self.shutdown = True
-        self._wake.set()
+        self._stop("shutdown")
         run = self.run_in_flight
         if not abort_runs:
             self._leave.set()
@@ -178,7 +180,13 @@ class CellRunner:
                 run.kill_now()
 
     def request_pause(self) -> None:
-        self.pause_requested = True
+        self._stop("pause")
+
+    def _stop(self, why: Stopping) -> None:
+        """Stop the walk after the step in flight. A shutdown is never overwritten by a
+        pause or a hold: it alone also cuts a retry's backoff short."""
+        if self.stopping != "shutdown":
+            self.stopping = why
         self._wake.set()
 
     async def drive(self) -> None:
@@ -191,9 +199,7 @@ class CellRunner:
         """
         try:
             state = await self.writer.load()
-            while not (
-                state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
-            ):
+            while not (state.terminal or state.paused or self.stopping is not None):
                 if state.abort_requested and not self.abort.is_set():
                     self.request_abort(state.abort_reason or "operator request", operator=True)
                 await self.step(state)
@@ -254,14 +260,14 @@ class CellRunner:
         if self.may_start is None or self.may_start():
             return True
         log.info("%s: held (its campaign is at its spend cap); it stays as it is", self.cell_id)
-        self.held = True
+        self._stop("held")
         return False
 
     async def _backoff(self, state: CellState) -> bool:
         """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
         if state.not_before_ms is None:
             return True
-        while not self.shutdown and not self.abort.is_set():
+        while self.stopping != "shutdown" and not self.abort.is_set():
             wait_s = (state.not_before_ms - self.clock()) / 1000
             if wait_s <= 0:
                 return True
