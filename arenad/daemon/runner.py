@@ -142,6 +142,7 @@ class CellRunner:
         # reason comes; a shutdown is never overwritten (see :meth:`_stop`).
         self.stopping: Stopping | None = None
         self._materialized_here = False
+        self._attempt_paths: AttemptPaths | None = None
         self._wake = asyncio.Event()
         # Set by an operator's abort: a verify or judge in flight is cancelled.
         self._operator_abort = asyncio.Event()
@@ -288,7 +289,12 @@ class CellRunner:
         return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
     def _paths(self, state: CellState) -> AttemptPaths:
-        return self.config.home.attempt_paths(state.spec, state.attempt)
+        """Where the attempt lives, computed once per attempt (a cell's spec never changes;
+        a new attempt lives elsewhere)."""
+        paths = self._attempt_paths
+        if paths is None or paths.attempt != state.attempt:
+            paths = self._attempt_paths = self.config.home.attempt_paths(state.spec, state.attempt)
+        return paths
 
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
@@ -323,7 +329,7 @@ class CellRunner:
     # -- steps -------------------------------------------------------------------
 
     async def materialize(self, state: CellState) -> None:
-        run_dir, git_root, _ = self._paths(state)
+        paths = self._paths(state)
         site = await self._site(state)
         async with (
             self._guarded(state, "materialize"),
@@ -332,9 +338,10 @@ class CellRunner:
             result = await site.call(
                 steps.materialize_step,
                 state.spec,
-                str(run_dir),
+                str(paths.run_dir),
                 dict(self.config.base_env),
-                str(git_root),
+                str(paths.git_root),
+                str(paths.workspace),
             )
         self._materialized_here = True
         seal = result.seal
@@ -342,7 +349,7 @@ class CellRunner:
             [
                 ev.CellMaterialized(
                     attempt=state.attempt,
-                    run_dir=str(run_dir),
+                    run_dir=str(paths.run_dir),
                     workspace=result.workspace,
                     head=result.head,
                     clean=result.clean,
