@@ -65,9 +65,9 @@ from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
-from arenad.verdict.grade import GradeError, Grading
+from arenad.verdict.grade import Graded, GradeError, Grading
 from arenad.verdict.judge import no_verdict
-from arenad.verdict.patch import PatchResult
+from arenad.verdict.patch import Extraction, PatchResult
 from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
@@ -683,65 +683,105 @@ class CellRunner:
                 self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
     async def verify(self, state: CellState) -> None:
+        """The ended run's steps, in order: patch, verify, judge (a scored run's), then the
+        recovery when the arm joins it. What they find is one append: a crash before it
+        redoes them together, so an attempt is never left verified but unjudged."""
         # An abort that came before this step was the run's (it ended the run); only one
         # that comes while verify or the judge runs stops them.
         self._operator_abort.clear()
         ctx = self._context(state)
-        spec = state.spec
         site = await self._site(state)
+        outcome = await self._outcome(state)
+        extraction = await self._patch(state, ctx, site)
+        grading = self._grading(state, ctx, extraction)
+        graded = await self._verify(state, ctx, site, grading)
+        verified = self._verified(state, ctx, outcome, extraction, graded)
+        events: list[Event] = [verified]
+        if verified.scored:
+            events += await self._judge(state, ctx, site, grading)
+        events += _captured(state.attempt, extraction.patch, graded.verify if graded else None)
+        if not self.arm.recovery_joins_verify:
+            await self._append(events)
+            return
+        await self._recovery(state, ctx, site, events)
+
+    async def _outcome(self, state: CellState) -> Outcome:
+        """Whether the run counts, as its arm reads its end (before patch and verify)."""
         outcome = self.arm.outcome(state)
-        if spec.gateway.kind == "gateway":
+        if state.spec.gateway.kind == "gateway":
             # A run stopped at a spend cap is the campaign's budget, not the agent's exit:
             # its own outcome, from the gateway's record of the refused call.
             ingested = await self._ingested(state.attempt)()
             stopped = budget_stop(stream_objects(ingested, "gateway"))
             if stopped is not None:
-                outcome = Outcome(scored=False, not_scored_reason=stopped)
-        patch_path = self._paths(state).patch_path
+                return Outcome(scored=False, not_scored_reason=stopped)
+        return outcome
+
+    async def _patch(self, state: CellState, ctx: ArmContext, site: Site) -> Extraction:
+        """The agent's changes against base, stored at the attempt's patch path."""
+        spec = state.spec
         async with self._guarded(state, "patch"), stalls.reported(self.cell_id, "patch"):
-            extraction = await site.call(
+            return await site.call(
                 steps.patch_step,
                 str(ctx.workspace),
                 spec.instance.base_commit,
                 list(spec.excludes),
-                str(patch_path),
+                str(self._paths(state).patch_path),
                 recorded_seal(state),
             )
-        patch = extraction.patch
-        if extraction.tampered:
-            # Evidence, not a failure: what the agent did is the attempt's result.
-            outcome = Outcome(
-                scored=False,
-                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
-            )
-        verify_log = ctx.run_dir / "verify.log"
-        # Where verify and the judge run: a fresh checkout of base + the stored patch
-        # (never the agent's ws), unless the campaign chose its workspace.
-        grading = Grading(
-            verify_in=spec.verify_in,
+
+    def _grading(self, state: CellState, ctx: ArmContext, extraction: Extraction) -> Grading:
+        """Where verify and the judge run: a fresh checkout of base + the stored patch
+        (never the agent's ws), unless the campaign chose its workspace."""
+        patched = extraction.patch is not None
+        return Grading(
+            verify_in=state.spec.verify_in,
             run_dir=str(ctx.run_dir),
             workspace=str(ctx.workspace),
             env=ctx.env,
             sandbox=ctx.sandbox,
             seal=recorded_seal(state),
-            patch_path=str(patch_path) if patch is not None else None,
+            patch_path=str(self._paths(state).patch_path) if patched else None,
             base_env=dict(self.config.base_env),
         )
-        # Verify runs even when the result does not count: its log is evidence too. An
-        # operator's abort stops it: it never passes then, and the result does not count.
+
+    async def _verify(
+        self, state: CellState, ctx: ArmContext, site: Site, grading: Grading
+    ) -> Graded | None:
+        """The verify command's verdict; None when an operator's abort stopped it. It runs
+        even when the result does not count: its log is evidence too."""
+        spec = state.spec
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
         async with (
             self._guarded(state, "verify"),
             stalls.reported(self.cell_id, "verify", verify_limit),
         ):
-            graded = await self._unless_aborted(
+            return await self._unless_aborted(
                 site.call(
                     steps.verify_step,
                     spec.instance.verify_cmd,
                     grading,
-                    str(verify_log),
+                    str(_verify_log(ctx)),
                     spec.verify_timeout_s,
                 )
+            )
+
+    def _verified(
+        self,
+        state: CellState,
+        ctx: ArmContext,
+        outcome: Outcome,
+        extraction: Extraction,
+        graded: Graded | None,
+    ) -> ev.CellVerified:
+        """What patch and verify found. A tampered workspace is evidence, not a failure
+        (what the agent did is the attempt's result), and an aborted verify never passes:
+        neither counts."""
+        patch = extraction.patch
+        if extraction.tampered:
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
             )
         verdict = graded.verify if graded is not None else None
         # An aborted verify's rc is the abort's; a patch that did not apply ran none.
@@ -752,60 +792,62 @@ class CellRunner:
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
             )
         place = graded.place if graded is not None else None
-        events: list[Event] = [
-            ev.CellVerified(
-                attempt=state.attempt,
-                scored=outcome.scored,
-                not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path) if patch is not None else None,
-                patch_lines=patch.lines if patch is not None else None,
-                patch_sha256=patch.sha256 if patch is not None else None,
-                verify_rc=verify_rc,
-                verify_pass=verdict.passed if verdict is not None else False,
-                verify_log=str(verify_log),
-                verify_limit=verdict.limit if verdict is not None else None,
-                tampered=extraction.tampered,
-                nested_repos=patch.nested_repos if patch is not None else None,
-                verify_in=spec.verify_in,
-                patch_applied=place.applied if place is not None else None,
-                patch_apply_note=place.note if place is not None else None,
-                patch_left_out=place.left_out if place is not None else None,
-                tampered_paths=patch.tampered_paths if patch is not None else None,
-            )
-        ]
-        if spec.judge is not None and outcome.scored:
-            # Only a run that counts is judged (the reference's arm throws before, otherwise): a
-            # verdict on an unscored run is no reward, its cost and time spent for nothing.
-            # In the same append: a crash re-runs verify and the judge together, so an
-            # attempt is never left verified but unjudged.
-            judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
-            try:
-                async with stalls.reported(self.cell_id, "judge", judge_limit):
-                    judged = await self._unless_aborted(
-                        site.call(
-                            steps.judge_step,
-                            spec.judge,
-                            state.attempt,
-                            grading,
-                            str(ctx.run_dir),
-                            # What a container judge grades (kind = "swebench").
-                            spec.instance,
-                            spec.arm.name,
-                        )
+        return ev.CellVerified(
+            attempt=state.attempt,
+            scored=outcome.scored,
+            not_scored_reason=outcome.not_scored_reason,
+            patch_path=str(self._paths(state).patch_path) if patch is not None else None,
+            patch_lines=patch.lines if patch is not None else None,
+            patch_sha256=patch.sha256 if patch is not None else None,
+            verify_rc=verify_rc,
+            verify_pass=verdict.passed if verdict is not None else False,
+            verify_log=str(_verify_log(ctx)),
+            verify_limit=verdict.limit if verdict is not None else None,
+            tampered=extraction.tampered,
+            nested_repos=patch.nested_repos if patch is not None else None,
+            verify_in=state.spec.verify_in,
+            patch_applied=place.applied if place is not None else None,
+            patch_apply_note=place.note if place is not None else None,
+            patch_left_out=place.left_out if place is not None else None,
+            tampered_paths=patch.tampered_paths if patch is not None else None,
+        )
+
+    async def _judge(
+        self, state: CellState, ctx: ArmContext, site: Site, grading: Grading
+    ) -> list[Event]:
+        """The judge's verdict on a scored run (none without a judge). Only a run that counts
+        is judged (the reference's arm throws before, otherwise): a verdict on an unscored
+        run is no reward, its cost and time spent for nothing."""
+        spec = state.spec
+        if spec.judge is None:
+            return []
+        judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
+        try:
+            async with stalls.reported(self.cell_id, "judge", judge_limit):
+                judged = await self._unless_aborted(
+                    site.call(
+                        steps.judge_step,
+                        spec.judge,
+                        state.attempt,
+                        grading,
+                        str(ctx.run_dir),
+                        # What a container judge grades (kind = "swebench").
+                        spec.instance,
+                        spec.arm.name,
                     )
-            except GradeError as exc:
-                judged = no_verdict(spec.judge, state.attempt, f"no grading checkout: {exc}")
-            events.append(
-                judged
-                if judged is not None
-                else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
-            )
-        events += _captured(state.attempt, patch, verdict)
-        if not self.arm.recovery_joins_verify:
-            await self._append(events)
-            return
-        # A crash before the append redoes both steps; a capture that fails, or that the
-        # store refuses, still records the verdict, the patch and the figures it has.
+                )
+        except GradeError as exc:
+            return [no_verdict(spec.judge, state.attempt, f"no grading checkout: {exc}")]
+        if judged is None:
+            return [no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")]
+        return [judged]
+
+    async def _recovery(
+        self, state: CellState, ctx: ArmContext, site: Site, events: Sequence[Event]
+    ) -> None:
+        """The agent's store captured and CellRecovered, appended after ``events`` in one
+        transaction. A capture that fails, or that the store refuses, still records
+        ``events`` and the figures it has."""
         reader = self._ingested(state.attempt)
         captures, recovered = await self._recovered(site, ctx, state, reader)
         state = await self._append_recovered(events, captures, recovered)
@@ -841,12 +883,8 @@ class CellRunner:
         return None if task.cancelled() else task.result()
 
     async def recover(self, state: CellState) -> None:
-        ctx = self._context(state)
-        site = await self._site(state)
-        reader = self._ingested(state.attempt)
-        captures, recovered = await self._recovered(site, ctx, state, reader)
-        state = await self._append_recovered([], captures, recovered)
-        await self.arm.after_recovered(site, ctx, state, reader)
+        """A cell verified apart (or by an earlier version): its recovery on its own."""
+        await self._recovery(state, self._context(state), await self._site(state), [])
 
     async def _recovered(
         self, site: Site, ctx: ArmContext, state: CellState, reader: _IngestedReader
@@ -1025,6 +1063,10 @@ def recorded_seal(state: CellState) -> Seal | None:
         ws_identity=m.ws_identity,
         dotgit_identity=m.dotgit_identity,
     )
+
+
+def _verify_log(ctx: ArmContext) -> Path:
+    return ctx.run_dir / "verify.log"
 
 
 def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:
