@@ -61,20 +61,25 @@ class Home(msgspec.Struct, frozen=True):
         )
 
     def attempt_paths(self, spec: CellSpec, attempt: int) -> AttemptPaths:
-        """A cell attempt's three places, computed from its spec in one spot."""
+        """A cell attempt's places, computed from its spec in one spot."""
         where = (spec.campaign, spec.rep, attempt, spec.instance.instance_id, spec.arm.name)
+        run_dir = self.run_dir(*where)
         return AttemptPaths(
-            run_dir=self.run_dir(*where),
+            attempt=attempt,
+            run_dir=run_dir,
+            workspace=run_dir / "ws",
             git_root=self.git_root(*where),
             patch_path=self.patch_path(*where),
         )
 
 
 class AttemptPaths(NamedTuple):
-    """Where one attempt of a cell lives: its run dir (the agent's), the daemon's git state
-    for it, and its stored patch."""
+    """Where one attempt of a cell lives: its run dir (the agent's) with its workspace in
+    it, the daemon's git state for it, and its stored patch."""
 
+    attempt: int
     run_dir: Path
+    workspace: Path
     git_root: Path
     patch_path: Path
 

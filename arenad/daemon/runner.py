@@ -41,7 +41,6 @@ from arenad.arms import (
     Arm,
     ArmContext,
     Outcome,
-    ProvenanceError,
     arm_for,
     before_start_step,
     prepare_step,
@@ -53,23 +52,22 @@ from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
 from arenad.cell.writer import CellMovedOn, CellWriter
 from arenad.clock import Clock, wait_for_event
-from arenad.daemon import stalls, steps
+from arenad.daemon import failures, stalls, steps
 from arenad.daemon.ingest_sink import IngestSink
 from arenad.errors import ConcurrencyError, LogTampered, StoreError, StoreUnwritable
 from arenad.home import AttemptPaths, Home
 from arenad.ingest import fold_positions
-from arenad.materialize import MaterializeError, Seal
+from arenad.materialize import Seal
 from arenad.runs import cgroups, groups
 from arenad.runs.detached import RunEnd
 from arenad.runs.executor import Executor, Observation, Run, RunRecord, RunRequest, Site
 from arenad.runs.files import RunFiles
 from arenad.sandbox.cellenv import cell_env_for
-from arenad.sandbox.confine import SandboxError
 from arenad.store.base import AppendRequest, EventStore
 from arenad.store.group_commit import GroupCommit
-from arenad.verdict.grade import GradeError, Grading
+from arenad.verdict.grade import Graded, GradeError, Grading
 from arenad.verdict.judge import no_verdict
-from arenad.verdict.patch import PatchResult
+from arenad.verdict.patch import Extraction, PatchResult
 from arenad.verdict.verify import VerifyResult
 from events import cell as ev
 from events.base import Event, Recorded
@@ -81,6 +79,11 @@ T = TypeVar("T")
 log = logging.getLogger("arenad.cell")
 
 S = CellStatus
+
+# Why a runner stops walking its cell: the daemon stops (the run in flight is aborted or
+# left to the next daemon, nothing new starts), the operator paused the cell (the step in
+# flight finishes, no next one), or its campaign is at its spend cap (held where it is).
+Stopping = Literal["shutdown", "pause", "held"]
 
 
 class RunnerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,7 +123,6 @@ class CellRunner:
         self.on_ingested = on_ingested
         # Sees each of the cell's own appends once committed (the daemon's circuit breaker).
         self.on_appended = on_appended
-        self.held = False
         self.config = config
         self.cell_id = cell_id
         self.clock = clock
@@ -136,11 +138,11 @@ class CellRunner:
             append_many=group_commit.append_many if group_commit is not None else None,
         )
         self.run_in_flight: Run | None = None
-        # Set when the daemon stops: the run in flight is aborted, nothing new starts.
-        self.shutdown = False
-        # Set when the operator paused the cell: the step in flight finishes, no next one.
-        self.pause_requested = False
+        # Why the walk stops after the step in flight (None: it goes on). Set once a
+        # reason comes; a shutdown is never overwritten (see :meth:`_stop`).
+        self.stopping: Stopping | None = None
         self._materialized_here = False
+        self._attempt_paths: AttemptPaths | None = None
         self._wake = asyncio.Event()
         # Set by an operator's abort: a verify or judge in flight is cancelled.
         self._operator_abort = asyncio.Event()
@@ -169,8 +171,7 @@ class CellRunner:
     def request_shutdown(self, *, abort_runs: bool = True, force: bool = False) -> None:
         """Stop after the step in flight; ``abort_runs`` ends a running agent (else it is
         left running for the next daemon to adopt); ``force`` skips the kill grace."""
-        self.shutdown = True
-        self._wake.set()
+        self._stop("shutdown")
         run = self.run_in_flight
         if not abort_runs:
             self._leave.set()
@@ -180,7 +181,13 @@ class CellRunner:
                 run.kill_now()
 
     def request_pause(self) -> None:
-        self.pause_requested = True
+        self._stop("pause")
+
+    def _stop(self, why: Stopping) -> None:
+        """Stop the walk after the step in flight. A shutdown is never overwritten by a
+        pause or a hold: it alone also cuts a retry's backoff short."""
+        if self.stopping != "shutdown":
+            self.stopping = why
         self._wake.set()
 
     async def drive(self) -> None:
@@ -193,9 +200,7 @@ class CellRunner:
         """
         try:
             state = await self.writer.load()
-            while not (
-                state.terminal or state.paused or self.shutdown or self.pause_requested or self.held
-            ):
+            while not (state.terminal or state.paused or self.stopping is not None):
                 if state.abort_requested and not self.abort.is_set():
                     self.request_abort(state.abort_reason or "operator request", operator=True)
                 await self.step(state)
@@ -224,6 +229,11 @@ class CellRunner:
             return
         if state.status in (S.SUBMITTED, S.MATERIALIZED) and not self._may_start():
             return
+        with contextlib.suppress(failures.StepFailed):
+            await self._walk(state)
+
+    async def _walk(self, state: CellState) -> None:
+        """The step for the cell's state (one that fails is recorded, then StepFailed)."""
         match state.status:
             case S.SUBMITTED:
                 if await self._backoff(state):
@@ -251,14 +261,14 @@ class CellRunner:
         if self.may_start is None or self.may_start():
             return True
         log.info("%s: held (its campaign is at its spend cap); it stays as it is", self.cell_id)
-        self.held = True
+        self._stop("held")
         return False
 
     async def _backoff(self, state: CellState) -> bool:
         """Wait out a policy retry's backoff; False if the daemon stops meanwhile."""
         if state.not_before_ms is None:
             return True
-        while not self.shutdown and not self.abort.is_set():
+        while self.stopping != "shutdown" and not self.abort.is_set():
             wait_s = (state.not_before_ms - self.clock()) / 1000
             if wait_s <= 0:
                 return True
@@ -279,7 +289,12 @@ class CellRunner:
         return await self.executor.site(self.cell_id, state.attempt, state.spec)
 
     def _paths(self, state: CellState) -> AttemptPaths:
-        return self.config.home.attempt_paths(state.spec, state.attempt)
+        """Where the attempt lives, computed once per attempt (a cell's spec never changes;
+        a new attempt lives elsewhere)."""
+        paths = self._attempt_paths
+        if paths is None or paths.attempt != state.attempt:
+            paths = self._attempt_paths = self.config.home.attempt_paths(state.spec, state.attempt)
+        return paths
 
     def _context(self, state: CellState) -> ArmContext:
         assert state.run_dir is not None and state.workspace is not None
@@ -297,36 +312,44 @@ class CellRunner:
             campaign_spent_usd=budget[1] if budget is not None else 0.0,
         )
 
+    def _guarded(
+        self, state: CellState, step: failures.Step
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """``step``'s exceptions that :data:`arenad.daemon.failures.FAILURES` names become
+        the cell's CellFailed (then StepFailed); the others propagate to the daemon."""
+
+        async def record(failure: failures.Failure) -> None:
+            await self._fail(state, failure.stage, failure.error, retryable=failure.retryable)
+
+        return failures.guarded(step, record)
+
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
         return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
 
     # -- steps -------------------------------------------------------------------
 
     async def materialize(self, state: CellState) -> None:
-        run_dir, git_root, _ = self._paths(state)
+        paths = self._paths(state)
         site = await self._site(state)
-        try:
-            async with stalls.reported(self.cell_id, "materialize"):
-                result = await site.call(
-                    steps.materialize_step,
-                    state.spec,
-                    str(run_dir),
-                    dict(self.config.base_env),
-                    str(git_root),
-                )
-        except MaterializeError as exc:
-            await self._fail(state, exc.stage, str(exc), retryable=exc.stage != "config")
-            return
-        except OSError as exc:
-            await self._fail(state, "materialize", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
+        async with (
+            self._guarded(state, "materialize"),
+            stalls.reported(self.cell_id, "materialize"),
+        ):
+            result = await site.call(
+                steps.materialize_step,
+                state.spec,
+                str(paths.run_dir),
+                dict(self.config.base_env),
+                str(paths.git_root),
+                str(paths.workspace),
+            )
         self._materialized_here = True
         seal = result.seal
         await self._append(
             [
                 ev.CellMaterialized(
                     attempt=state.attempt,
-                    run_dir=str(run_dir),
+                    run_dir=str(paths.run_dir),
                     workspace=result.workspace,
                     head=result.head,
                     clean=result.clean,
@@ -350,27 +373,12 @@ class CellRunner:
         ctx = self._context(state)
         arm = self.arm
         site = await self._site(state)
-        try:
-            # First: an arm whose identity is unknown launches nothing (no paid run
-            # without knowing what sat in its seat), and leaves no inputs behind.
-            async with stalls.reported(self.cell_id, "spawn"):
-                before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
-        except ProvenanceError as exc:
-            await self._fail(state, "provenance", str(exc), retryable=False)
-            return
-        except OSError as exc:
-            await self._fail(state, "provenance", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
-        try:
-            async with stalls.reported(self.cell_id, "spawn"):
-                launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
-        except SandboxError as exc:
-            # What the campaign asks cannot be confined here: a new attempt would fail alike.
-            await self._fail(state, "launch", str(exc), retryable=False)
-            return
-        except OSError as exc:
-            await self._fail(state, "launch", f"{type(exc).__name__}: {exc}", retryable=True)
-            return
+        # First: an arm whose identity is unknown launches nothing (no paid run without
+        # knowing what sat in its seat), and leaves no inputs behind.
+        async with self._guarded(state, "before_start"), stalls.reported(self.cell_id, "spawn"):
+            before_start = await site.call_blocking(before_start_step, state.spec.arm, ctx)
+        async with self._guarded(state, "prepare"), stalls.reported(self.cell_id, "spawn"):
+            launch = await site.call_blocking(prepare_step, state.spec.arm, ctx)
         files = RunFiles(
             run_dir=str(ctx.run_dir),
             stdout=str(ctx.run_dir / arm.stdout_name),
@@ -394,12 +402,8 @@ class CellRunner:
             container=launch.container,
             container_forwards=launch.container_forwards,
         )
-        try:
-            async with stalls.reported(self.cell_id, "spawn"):
-                run = await site.start(request)
-        except groups.SpawnError as exc:
-            await self._fail(state, "launch", str(exc), retryable=True)
-            return
+        async with self._guarded(state, "start"), stalls.reported(self.cell_id, "spawn"):
+            run = await site.start(request)
         record = run.record
         started = ev.RunStarted(
             attempt=state.attempt,
@@ -679,76 +683,106 @@ class CellRunner:
                 self.request_abort(f"hang: no output for {silent_s:.0f} s")
 
     async def verify(self, state: CellState) -> None:
+        """The ended run's steps, in order: patch, verify, judge (a scored run's), then the
+        recovery when the arm joins it. What they find is one append: a crash before it
+        redoes them together, so an attempt is never left verified but unjudged."""
         # An abort that came before this step was the run's (it ended the run); only one
         # that comes while verify or the judge runs stops them.
         self._operator_abort.clear()
         ctx = self._context(state)
-        spec = state.spec
         site = await self._site(state)
+        outcome = await self._outcome(state)
+        extraction = await self._patch(state, ctx, site)
+        grading = self._grading(state, ctx, extraction)
+        graded = await self._verify(state, ctx, site, grading)
+        verified = self._verified(state, ctx, outcome, extraction, graded)
+        events: list[Event] = [verified]
+        if verified.scored:
+            events += await self._judge(state, ctx, site, grading)
+        events += _captured(state.attempt, extraction.patch, graded.verify if graded else None)
+        if not self.arm.recovery_joins_verify:
+            await self._append(events)
+            return
+        await self._recovery(state, ctx, site, events)
+
+    async def _outcome(self, state: CellState) -> Outcome:
+        """Whether the run counts, as its arm reads its end (before patch and verify)."""
         outcome = self.arm.outcome(state)
-        if spec.gateway.kind == "gateway":
+        if state.spec.gateway.kind == "gateway":
             # A run stopped at a spend cap is the campaign's budget, not the agent's exit:
             # its own outcome, from the gateway's record of the refused call.
             ingested = await self._ingested(state.attempt)()
             stopped = budget_stop(stream_objects(ingested, "gateway"))
             if stopped is not None:
-                outcome = Outcome(scored=False, not_scored_reason=stopped)
-        patch_path = self._paths(state).patch_path
-        try:
-            async with stalls.reported(self.cell_id, "patch"):
-                extraction = await site.call(
-                    steps.patch_step,
-                    str(ctx.workspace),
-                    spec.instance.base_commit,
-                    list(spec.excludes),
-                    str(patch_path),
-                    recorded_seal(state),
-                )
-        except Exception as exc:
-            await self._fail(state, "patch", f"{type(exc).__name__}: {exc}", retryable=False)
-            return
-        patch = extraction.patch
-        if extraction.tampered:
-            # Evidence, not a failure: what the agent did is the attempt's result.
-            outcome = Outcome(
-                scored=False,
-                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+                return Outcome(scored=False, not_scored_reason=stopped)
+        return outcome
+
+    async def _patch(self, state: CellState, ctx: ArmContext, site: Site) -> Extraction:
+        """The agent's changes against base, stored at the attempt's patch path."""
+        spec = state.spec
+        async with self._guarded(state, "patch"), stalls.reported(self.cell_id, "patch"):
+            return await site.call(
+                steps.patch_step,
+                str(ctx.workspace),
+                spec.instance.base_commit,
+                list(spec.excludes),
+                str(self._paths(state).patch_path),
+                recorded_seal(state),
             )
-        verify_log = ctx.run_dir / "verify.log"
-        # Where verify and the judge run: a fresh checkout of base + the stored patch
-        # (never the agent's ws), unless the campaign chose its workspace.
-        grading = Grading(
-            verify_in=spec.verify_in,
+
+    def _grading(self, state: CellState, ctx: ArmContext, extraction: Extraction) -> Grading:
+        """Where verify and the judge run: a fresh checkout of base + the stored patch
+        (never the agent's ws), unless the campaign chose its workspace."""
+        patched = extraction.patch is not None
+        return Grading(
+            verify_in=state.spec.verify_in,
             run_dir=str(ctx.run_dir),
             workspace=str(ctx.workspace),
             env=ctx.env,
             sandbox=ctx.sandbox,
             seal=recorded_seal(state),
-            patch_path=str(patch_path) if patch is not None else None,
+            patch_path=str(self._paths(state).patch_path) if patched else None,
             base_env=dict(self.config.base_env),
         )
-        # Verify runs even when the result does not count: its log is evidence too. An
-        # operator's abort stops it: it never passes then, and the result does not count.
+
+    async def _verify(
+        self, state: CellState, ctx: ArmContext, site: Site, grading: Grading
+    ) -> Graded | None:
+        """The verify command's verdict; None when an operator's abort stopped it. It runs
+        even when the result does not count: its log is evidence too."""
+        spec = state.spec
         verify_limit = spec.verify_timeout_s + STEP_LIMITS_S["verify"]
-        try:
-            async with stalls.reported(self.cell_id, "verify", verify_limit):
-                graded = await self._unless_aborted(
-                    site.call(
-                        steps.verify_step,
-                        spec.instance.verify_cmd,
-                        grading,
-                        str(verify_log),
-                        spec.verify_timeout_s,
-                    )
+        async with (
+            self._guarded(state, "verify"),
+            stalls.reported(self.cell_id, "verify", verify_limit),
+        ):
+            return await self._unless_aborted(
+                site.call(
+                    steps.verify_step,
+                    spec.instance.verify_cmd,
+                    grading,
+                    str(_verify_log(ctx)),
+                    spec.verify_timeout_s,
                 )
-        except GradeError as exc:
-            await self._fail(state, "grade", str(exc), retryable=True)
-            return
-        except groups.SpawnError as exc:
-            # The machine refused a process (EAGAIN: a fork flood elsewhere, a full
-            # table): not the agent's result. One line, and a new attempt.
-            await self._fail(state, "verify", str(exc), retryable=True)
-            return
+            )
+
+    def _verified(
+        self,
+        state: CellState,
+        ctx: ArmContext,
+        outcome: Outcome,
+        extraction: Extraction,
+        graded: Graded | None,
+    ) -> ev.CellVerified:
+        """What patch and verify found. A tampered workspace is evidence, not a failure
+        (what the agent did is the attempt's result), and an aborted verify never passes:
+        neither counts."""
+        patch = extraction.patch
+        if extraction.tampered:
+            outcome = Outcome(
+                scored=False,
+                not_scored_reason="workspace tampered: " + "; ".join(extraction.tampered),
+            )
         verdict = graded.verify if graded is not None else None
         # An aborted verify's rc is the abort's; a patch that did not apply ran none.
         verify_rc = verdict.rc if verdict is not None else None
@@ -758,60 +792,62 @@ class CellRunner:
                 scored=False, not_scored_reason=f"verify aborted: {self.abort_reason}"
             )
         place = graded.place if graded is not None else None
-        events: list[Event] = [
-            ev.CellVerified(
-                attempt=state.attempt,
-                scored=outcome.scored,
-                not_scored_reason=outcome.not_scored_reason,
-                patch_path=str(patch_path) if patch is not None else None,
-                patch_lines=patch.lines if patch is not None else None,
-                patch_sha256=patch.sha256 if patch is not None else None,
-                verify_rc=verify_rc,
-                verify_pass=verdict.passed if verdict is not None else False,
-                verify_log=str(verify_log),
-                verify_limit=verdict.limit if verdict is not None else None,
-                tampered=extraction.tampered,
-                nested_repos=patch.nested_repos if patch is not None else None,
-                verify_in=spec.verify_in,
-                patch_applied=place.applied if place is not None else None,
-                patch_apply_note=place.note if place is not None else None,
-                patch_left_out=place.left_out if place is not None else None,
-                tampered_paths=patch.tampered_paths if patch is not None else None,
-            )
-        ]
-        if spec.judge is not None and outcome.scored:
-            # Only a run that counts is judged (the reference's arm throws before, otherwise): a
-            # verdict on an unscored run is no reward, its cost and time spent for nothing.
-            # In the same append: a crash re-runs verify and the judge together, so an
-            # attempt is never left verified but unjudged.
-            judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
-            try:
-                async with stalls.reported(self.cell_id, "judge", judge_limit):
-                    judged = await self._unless_aborted(
-                        site.call(
-                            steps.judge_step,
-                            spec.judge,
-                            state.attempt,
-                            grading,
-                            str(ctx.run_dir),
-                            # What a container judge grades (kind = "swebench").
-                            spec.instance,
-                            spec.arm.name,
-                        )
+        return ev.CellVerified(
+            attempt=state.attempt,
+            scored=outcome.scored,
+            not_scored_reason=outcome.not_scored_reason,
+            patch_path=str(self._paths(state).patch_path) if patch is not None else None,
+            patch_lines=patch.lines if patch is not None else None,
+            patch_sha256=patch.sha256 if patch is not None else None,
+            verify_rc=verify_rc,
+            verify_pass=verdict.passed if verdict is not None else False,
+            verify_log=str(_verify_log(ctx)),
+            verify_limit=verdict.limit if verdict is not None else None,
+            tampered=extraction.tampered,
+            nested_repos=patch.nested_repos if patch is not None else None,
+            verify_in=state.spec.verify_in,
+            patch_applied=place.applied if place is not None else None,
+            patch_apply_note=place.note if place is not None else None,
+            patch_left_out=place.left_out if place is not None else None,
+            tampered_paths=patch.tampered_paths if patch is not None else None,
+        )
+
+    async def _judge(
+        self, state: CellState, ctx: ArmContext, site: Site, grading: Grading
+    ) -> list[Event]:
+        """The judge's verdict on a scored run (none without a judge). Only a run that counts
+        is judged (the reference's arm throws before, otherwise): a verdict on an unscored
+        run is no reward, its cost and time spent for nothing."""
+        spec = state.spec
+        if spec.judge is None:
+            return []
+        judge_limit = spec.judge.timeout_s + STEP_LIMITS_S["judge"]
+        try:
+            async with stalls.reported(self.cell_id, "judge", judge_limit):
+                judged = await self._unless_aborted(
+                    site.call(
+                        steps.judge_step,
+                        spec.judge,
+                        state.attempt,
+                        grading,
+                        str(ctx.run_dir),
+                        # What a container judge grades (kind = "swebench").
+                        spec.instance,
+                        spec.arm.name,
                     )
-            except GradeError as exc:
-                judged = no_verdict(spec.judge, state.attempt, f"no grading checkout: {exc}")
-            events.append(
-                judged
-                if judged is not None
-                else no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")
-            )
-        events += _captured(state.attempt, patch, verdict)
-        if not self.arm.recovery_joins_verify:
-            await self._append(events)
-            return
-        # A crash before the append redoes both steps; a capture that fails, or that the
-        # store refuses, still records the verdict, the patch and the figures it has.
+                )
+        except GradeError as exc:
+            return [no_verdict(spec.judge, state.attempt, f"no grading checkout: {exc}")]
+        if judged is None:
+            return [no_verdict(spec.judge, state.attempt, f"judge aborted: {self.abort_reason}")]
+        return [judged]
+
+    async def _recovery(
+        self, state: CellState, ctx: ArmContext, site: Site, events: Sequence[Event]
+    ) -> None:
+        """The agent's store captured and CellRecovered, appended after ``events`` in one
+        transaction. A capture that fails, or that the store refuses, still records
+        ``events`` and the figures it has."""
         reader = self._ingested(state.attempt)
         captures, recovered = await self._recovered(site, ctx, state, reader)
         state = await self._append_recovered(events, captures, recovered)
@@ -847,12 +883,8 @@ class CellRunner:
         return None if task.cancelled() else task.result()
 
     async def recover(self, state: CellState) -> None:
-        ctx = self._context(state)
-        site = await self._site(state)
-        reader = self._ingested(state.attempt)
-        captures, recovered = await self._recovered(site, ctx, state, reader)
-        state = await self._append_recovered([], captures, recovered)
-        await self.arm.after_recovered(site, ctx, state, reader)
+        """A cell verified apart (or by an earlier version): its recovery on its own."""
+        await self._recovery(state, self._context(state), await self._site(state), [])
 
     async def _recovered(
         self, site: Site, ctx: ArmContext, state: CellState, reader: _IngestedReader
@@ -1031,6 +1063,10 @@ def recorded_seal(state: CellState) -> Seal | None:
         ws_identity=m.ws_identity,
         dotgit_identity=m.dotgit_identity,
     )
+
+
+def _verify_log(ctx: ArmContext) -> Path:
+    return ctx.run_dir / "verify.log"
 
 
 def _captured(attempt: int, patch: PatchResult | None, verdict: VerifyResult | None) -> list[Event]:

@@ -21,18 +21,21 @@ from events.specs import CellSpec, InstanceSpec, JudgeSpec
 
 
 async def materialize_step(
-    tools: Tools, spec: CellSpec, run_dir: str, base_env: dict[str, str], git_root: str
+    tools: Tools,
+    spec: CellSpec,
+    run_dir: str,
+    base_env: dict[str, str],
+    git_root: str,
+    workspace: str,
 ) -> MaterializeResult:
-    """A fresh run dir with the cell's private environment, and its workspace ``ws/``,
-    sealed at ``git_root`` (outside the run dir).
+    """A fresh run dir with the cell's private environment, and its workspace (in the run
+    dir), sealed at ``git_root`` (outside the run dir).
 
     No run of this attempt was recorded, so anything in the run dir or the git root is
     debris of a daemon that died before starting one: it starts clean.
     """
     await asyncio.to_thread(_fresh_run_dir, Path(run_dir), base_env)
-    return await materialize(
-        spec, Path(run_dir) / "ws", git_root=git_root, templates=tools.templates
-    )
+    return await materialize(spec, Path(workspace), git_root=git_root, templates=tools.templates)
 
 
 def _fresh_run_dir(run_dir: Path, base_env: dict[str, str]) -> None:
