@@ -37,6 +37,7 @@ _CHUNK = 500
 # nothing: the end of an attempt that never started).
 _OPENING = (ev.RunStarted, ev.CellRecovered, ev.SupervisorOutcome)
 _ENDING = (ev.RunCompleted, ev.RunTimedOut, ev.RunAborted, ev.CellFailed)
+_READ = (*_OPENING, *_ENDING)
 
 
 @dataclass(slots=True)
@@ -75,7 +76,8 @@ class SpendProjector:
         return is_cell_stream(stream) or stream.startswith(CAMPAIGN)
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
-        ids = sorted({cell_of(r.stream) for r in batch if is_cell_stream(r.stream)})
+        # Only the cells with an event the fold reads (a submission's batch reads nothing).
+        ids = sorted({cell_of(r.stream) for r in batch if isinstance(r.event, _READ)})
         attempts: dict[tuple[str, int], _Attempt] = {}
         for i in range(0, len(ids), _CHUNK):
             chunk = ids[i : i + _CHUNK]
@@ -100,11 +102,10 @@ class SpendProjector:
                         (event.name, arm, kind),
                     )
                 continue
-            attempt_no = getattr(event, "attempt", None)
-            if attempt_no is None or not is_cell_stream(r.stream):
+            if not isinstance(event, _READ) or not is_cell_stream(r.stream):
                 continue
             cell_id = cell_of(r.stream)
-            key = (cell_id, int(attempt_no))
+            key = (cell_id, event.attempt)
             a = attempts.get(key)
             if a is None:
                 if not isinstance(event, _OPENING):
