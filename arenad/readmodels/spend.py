@@ -38,6 +38,9 @@ _CHUNK = 500
 _OPENING = (ev.RunStarted, ev.CellRecovered, ev.SupervisorOutcome)
 _ENDING = (ev.RunCompleted, ev.RunTimedOut, ev.RunAborted, ev.CellFailed)
 _READ = (*_OPENING, *_ENDING)
+# Their tags: a string lookup per event, cheaper than isinstance on the append path.
+_READ_TAGS = frozenset(str(t.__struct_config__.tag) for t in _READ)
+_SUBMITTED = str(CampaignSubmitted.__struct_config__.tag)
 
 
 @dataclass(slots=True)
@@ -77,7 +80,7 @@ class SpendProjector:
 
     async def apply(self, db: aiosqlite.Connection, batch: Sequence[Recorded]) -> None:
         # Only the cells with an event the fold reads (a submission's batch reads nothing).
-        ids = sorted({cell_of(r.stream) for r in batch if isinstance(r.event, _READ)})
+        ids = sorted({cell_of(r.stream) for r in batch if r.tag in _READ_TAGS})
         attempts: dict[tuple[str, int], _Attempt] = {}
         for i in range(0, len(ids), _CHUNK):
             chunk = ids[i : i + _CHUNK]
@@ -93,6 +96,8 @@ class SpendProjector:
         kinds: dict[tuple[str, str], str | None] = {}
         added: dict[str, _Final] = {}
         for r in batch:
+            if r.tag not in _READ_TAGS and r.tag != _SUBMITTED:
+                continue
             event = r.event
             if isinstance(event, CampaignSubmitted):
                 for arm, kind in event.arm_kinds.items():
