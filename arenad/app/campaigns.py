@@ -12,9 +12,10 @@ import math
 import msgspec
 
 from arenad.budget.cap import CampaignBudget, apply_budget, cap_in_force, is_reached
+from arenad.budget.spend import CampaignSpend
 from arenad.errors import UserError
 from arenad.home import Home, open_store
-from arenad.readmodels.campaigns import load_budgets, load_spend
+from arenad.readmodels.campaigns import campaign_spend, load_budgets
 from arenad.readmodels.view import cells_view
 from arenad.store.base import EventStore
 from events import streams
@@ -41,7 +42,7 @@ class CampaignFigures(msgspec.Struct, frozen=True, kw_only=True):
 
 async def campaign_figures(store: EventStore, only: str | None = None) -> list[CampaignFigures]:
     budgets = await load_budgets(store)
-    spend = await load_spend(store)
+    spend = await campaign_spend(store)
     by_state: dict[str, dict[str, int]] = {}
     last: dict[str, int] = {}
     for campaign, state, count, updated in await cells_view(store).campaign_counts():
@@ -55,7 +56,7 @@ async def campaign_figures(store: EventStore, only: str | None = None) -> list[C
         if only is not None and name != only:
             continue
         budget = budgets.get(name) or CampaignBudget(name=name)
-        figures = spend.campaign(name)
+        figures = spend.get(name) or CampaignSpend(campaign=name)
         cap = cap_in_force(budget, None)
         cells = dict(sorted(by_state.get(name, {}).items()))
         out.append(

@@ -13,6 +13,14 @@ last_update_ms INTEGER NOT NULL,
 PRIMARY KEY (campaign, arm, state, outcome)
 ) WITHOUT ROWID;
 
+-- table campaign_spend
+CREATE TABLE campaign_spend (
+campaign TEXT NOT NULL PRIMARY KEY,
+attempts INTEGER NOT NULL,
+cost_units INTEGER NOT NULL,
+unknown INTEGER NOT NULL
+) WITHOUT ROWID;
+
 -- table cells
 CREATE TABLE cells (
 cell_id TEXT PRIMARY KEY,
@@ -86,6 +94,28 @@ checksum TEXT NOT NULL,
 applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
 
+-- table spend_arms
+CREATE TABLE spend_arms (
+campaign TEXT NOT NULL,
+arm TEXT NOT NULL,
+kind TEXT NOT NULL,
+PRIMARY KEY (campaign, arm)
+) WITHOUT ROWID;
+
+-- table spend_attempts
+CREATE TABLE spend_attempts (
+cell_id TEXT NOT NULL,
+attempt INTEGER NOT NULL,
+started INTEGER NOT NULL,
+ended INTEGER NOT NULL,
+recovered INTEGER NOT NULL,
+supervisor BLOB,
+PRIMARY KEY (cell_id, attempt)
+) WITHOUT ROWID;
+
+-- table spend_incomplete
+CREATE TABLE spend_incomplete (id INTEGER PRIMARY KEY CHECK (id = 1));
+
 -- index cells_by_identity
 CREATE INDEX cells_by_identity ON cells (campaign, instance_id, arm, rep);
 
@@ -95,6 +125,10 @@ CREATE INDEX cells_by_state ON cells (state);
 -- index cells_runnable
 CREATE INDEX cells_runnable ON cells (submitted_at_ms, cell_id)
 WHERE state NOT IN ('failed', 'recovered') AND paused = 0;
+
+-- index spend_attempts_open
+CREATE INDEX spend_attempts_open ON spend_attempts (cell_id, attempt)
+WHERE started = 1 AND recovered = 0;
 
 -- trigger events_are_append_only_delete
 CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
