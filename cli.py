@@ -682,8 +682,19 @@ def project_ledger(
             " 2 000 cells or more). The ledger is the same bytes whatever their number.",
         ),
     ] = None,
+    lineage: Annotated[
+        bool,
+        typer.Option(
+            "--lineage",
+            help="Give each cell line provenance.arenad_lineage: its cell, attempt, the"
+            " attempt's first and last event seq, and the log head (seq, hash) read first,"
+            " which `arenad verify-log` checks. Off: the reference's bytes.",
+        ),
+    ] = False,
 ) -> None:
-    stats = run(services.project_ledger(_ctx.home, out, cell or [], run_id, campaign, jobs))
+    stats = run(
+        services.project_ledger(_ctx.home, out, cell or [], run_id, campaign, jobs, lineage)
+    )
     typer.echo(services.stats_json(stats))
 
 

@@ -19,14 +19,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple
 
-import msgspec
-
 from arenad.cell.attempts import attempts
 from arenad.errors import UserError
 from arenad.ledger.batch import read_cell_records
+from arenad.ledger.lineage import Head, Lineage, line_lineages
 from arenad.ledger.lines import new_stats
 from arenad.ledger.project import cell_projection
-from arenad.ledger.service import READ_BATCH_CELLS, cell_order, default_run_id, home_id
+from arenad.ledger.service import (
+    READ_BATCH_CELLS,
+    cell_order,
+    default_run_id,
+    home_id,
+    log_head,
+)
 from arenad.store.base import EventStore
 from events import cell as ev
 from events.base import Recorded
@@ -34,31 +39,6 @@ from events.specs import CellSpec, campaign_of
 from events.streams import CELL, campaign_cells, cell_of
 
 __all__ = ["ExportCell", "Head", "LineAttempt", "Lineage", "cells_of", "log_head"]
-
-
-class Head(msgspec.Struct, frozen=True, kw_only=True):
-    """The log's head when the export began: every record is of the log up to it."""
-
-    seq: int
-    # The chain hash of row ``seq`` (hex); None for a store that keeps no chain.
-    hash: str | None
-
-
-class Lineage(msgspec.Struct, frozen=True, kw_only=True):
-    """Where an exported record came from in the log."""
-
-    cell: str
-    attempt: int
-    # The first and last sequence numbers of the attempt's events (its cell stream's
-    # events of that attempt, its captures, its ingested lines).
-    first_seq: int
-    last_seq: int
-    head_seq: int
-    head_hash: str | None
-    rollout_id: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return msgspec.structs.asdict(self)
 
 
 class LineAttempt(NamedTuple):
@@ -83,13 +63,6 @@ class ExportCell(NamedTuple):
     run_times: dict[int, tuple[int | None, int | None]]
 
 
-async def log_head(store: EventStore) -> Head:
-    seq = await store.last_seq()
-    hash_at = getattr(store, "hash_at", None)
-    digest = await hash_at(seq) if hash_at is not None and seq else None
-    return Head(seq=seq, hash=bytes(digest).hex() if digest is not None else None)
-
-
 def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> ExportCell | None:
     spec = next(
         (r.event.spec for r in records if isinstance(r.event, ev.CellSubmitted)),
@@ -99,24 +72,14 @@ def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> Exp
         return None
     by_n = {a.n: a for a in attempts(records)}
     projection = cell_projection(cell_id, records, run_id, new_stats())
-    lines: list[LineAttempt] = []
-    attempt = 0
-    for line in projection.lines:
-        if line["role"] != "worker":
-            # An agent or supervisor line opens its attempt; its workers follow it.
-            attempt = int(line["outcome"]["metrics"]["attempt"])
-        a = by_n.get(attempt)
-        first, last = (a.first_seq, a.last_seq) if a is not None else (0, 0)
-        lineage = Lineage(
-            cell=cell_id,
-            attempt=attempt,
-            first_seq=first,
-            last_seq=last,
-            head_seq=head.seq,
-            head_hash=head.hash,
-            rollout_id=line["rollout_id"],
+    lines = [
+        LineAttempt(line, lineage.attempt, lineage)
+        for line, lineage in zip(
+            projection.lines,
+            line_lineages(cell_id, projection.lines, by_n, head),
+            strict=True,
         )
-        lines.append(LineAttempt(line, attempt, lineage))
+    ]
     ended = [by_n.get(n) for n in sorted({la.attempt for la in lines})]
     return ExportCell(
         cell_id,

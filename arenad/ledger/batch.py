@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from arenad.cell.attempts import attempt_of
+from arenad.cell.attempts import attempt_of, attempts
 from arenad.cell.kinds import kind_of_arm
+from arenad.ledger.lineage import Head, line_lineages, with_lineage
 from arenad.ledger.lines import LedgerStats, new_stats
 from arenad.ledger.project import CellResolution, cell_projection
 from arenad.ledger.rollout import serialize_rollout_line_bytes
@@ -98,9 +99,16 @@ async def _read(store: EventStore, cell_ids: Sequence[str]) -> dict[str, _Cell]:
     return cells
 
 
-async def project_batch(store: EventStore, cells: Sequence[tuple[str, str]]) -> BatchLines:
+async def project_batch(
+    store: EventStore, cells: Sequence[tuple[str, str]], head: Head | None = None
+) -> BatchLines:
     """The lines of ``cells`` (each a cell id and its lines' run id), validated; raises
-    ``InvalidRolloutLine`` (naming its cell) for a line that breaks the schema, a bug."""
+    ``InvalidRolloutLine`` (naming its cell) for a line that breaks the schema, a bug.
+
+    With a ``head`` (``--lineage``), the log is projected as it stood at that head (rows
+    appended later are left out) and each line carries its lineage
+    (``arenad.ledger.lineage``) under ``provenance``; without one, the lines are the
+    reference's bytes."""
     read = await _read(store, [cell_id for cell_id, _ in cells])
     stats = new_stats()
     out: list[bytes] = []
@@ -111,7 +119,13 @@ async def project_batch(store: EventStore, cells: Sequence[tuple[str, str]]) -> 
         if cell.ingested:
             ingested = await store.read_stream_rows(cell.ingested)
             records += decode_rows([row for s in cell.ingested for row in ingested[s]])
+        if head is not None:
+            records = [r for r in records if r.seq <= head.seq]
         lines, resolution = cell_projection(cell_id, records, run_id, stats)
+        if head is not None:
+            by_n = {a.n: a for a in attempts(records)}
+            lineages = line_lineages(cell_id, lines, by_n, head)
+            lines = list(map(with_lineage, lines, lineages))
         out += map(serialize_rollout_line_bytes, lines)
         if resolution is not None:
             resolutions.append(resolution)

@@ -35,6 +35,7 @@ from arenad.cell.writer import CellWriter
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.ledger.batch import BatchLines, project_batch
+from arenad.ledger.lineage import Head
 from arenad.ledger.lines import LedgerStats, add_stats, new_stats
 from arenad.ledger.proposer import (
     CandidateTally,
@@ -63,6 +64,7 @@ __all__ = [
     "cell_order",
     "default_run_id",
     "home_id",
+    "log_head",
     "project_ledger",
     "project_store",
     "record_verdict",
@@ -145,6 +147,15 @@ async def home_id(store: EventStore) -> str:
         )
         return digest.hex()[:16]
     return "empty"
+
+
+async def log_head(store: EventStore) -> Head:
+    """The log's head now: its last row's sequence number and chain hash (the head
+    ``arenad verify-log`` checks), for a projection of the log as it stands now."""
+    seq = await store.last_seq()
+    hash_at = getattr(store, "hash_at", None)
+    digest = await hash_at(seq) if hash_at is not None and seq else None
+    return Head(seq=seq, hash=bytes(digest).hex() if digest is not None else None)
 
 
 def _cell_order(cell_id: str) -> tuple[str, str, str, int, str]:
@@ -245,6 +256,7 @@ async def _project_shared(
     batch: Callable[[int], list[tuple[str, str]]],
     workers: LedgerWorkers,
     write: Callable[[BatchLines], None],
+    head: Head | None,
 ) -> None:
     """Project ``batches`` batches (``batch(i)``) here and on ``workers``, in order.
 
@@ -261,7 +273,7 @@ async def _project_shared(
         if i % slots:
             write(await workers.result())  # the oldest sent: batch i
         else:
-            write(await project_batch(store, batch(i)))
+            write(await project_batch(store, batch(i), head))
 
 
 async def project_store(
@@ -271,9 +283,15 @@ async def project_store(
     run_id: str | None = None,
     campaign: str | None = None,
     jobs: int | None = 1,
+    lineage: bool = False,
 ) -> LedgerStats:
     """Project ``store`` into ``out``: every cell's lines, then (without a ``cells`` or
     ``campaign`` filter) one proposer line per captured shot receipt.
+
+    ``lineage`` projects the log as it stands now (its head is read first; rows a running
+    daemon appends meanwhile are left out) and gives each cell line its lineage under
+    ``provenance.arenad_lineage`` (``arenad.ledger.lineage``); without it the lines are
+    the reference's bytes. Proposer lines carry none: a shot is no cell attempt.
 
     ``campaign`` projects that campaign's cells alone, reading no other campaign's
     streams; its lines are byte for byte those the whole ledger holds for it.
@@ -288,6 +306,8 @@ async def project_store(
     ``READ_BATCH_CELLS`` at a time (two batches per worker at most), and lines go to the
     file as they are made.
     """
+    # Read before anything else: every line is then of the log up to this head.
+    head = await log_head(store) if lineage else None
     prefix = campaign_cells(campaign) if campaign is not None else CELL
     all_cells = [cell_of(s) for s in await store.streams(prefix)]
     if campaign is not None and not all_cells:
@@ -331,11 +351,11 @@ async def project_store(
     try:
         with _no_cycle_collection():
             if processes > 1 and db is not None:
-                async with LedgerWorkers(processes - 1, db) as workers:
-                    await _project_shared(store, batches, batch, workers, write)
+                async with LedgerWorkers(processes - 1, db, head) as workers:
+                    await _project_shared(store, batches, batch, workers, write, head)
             else:
                 for i in range(batches):
-                    write(await project_batch(store, batch(i)))
+                    write(await project_batch(store, batch(i), head))
             if with_proposers:
                 await _proposer_lines(
                     store, ledger, candidates, run_id or default_run_id(home), stats
@@ -378,9 +398,10 @@ async def project_ledger(
     run_id: str | None = None,
     campaign: str | None = None,
     jobs: int | None = None,
+    lineage: bool = False,
 ) -> LedgerStats:
     async with open_store(home) as store:
-        return await project_store(store, out, cells, run_id, campaign, jobs)
+        return await project_store(store, out, cells, run_id, campaign, jobs, lineage)
 
 
 def _read_verdict(path: Path) -> str:

@@ -2,7 +2,7 @@
 
 A cell's lines depend on its streams alone, so a ledger's batches of cells can be
 projected side by side. ``LedgerWorkers(n, db)`` starts n processes running
-``python -m arenad.ledger.workers DB``; each opens the store's file read-only and runs
+``python -m arenad.ledger.workers DB [HEAD]``; each opens the store's file read-only and runs
 ``arenad.ledger.batch.project_batch`` on the batches it is sent. ``submit`` hands a batch
 (its cell ids and run ids) to the next worker in turn; ``result`` returns the oldest
 batch's lines. Results are taken in the order the batches were sent, so the ledger's
@@ -46,6 +46,7 @@ import msgspec
 import arenad
 from arenad.errors import ArenadError, StoreError
 from arenad.ledger.batch import BatchLines, project_batch
+from arenad.ledger.lineage import Head
 from arenad.ledger.rollout import InvalidRolloutLine
 from arenad.store.sqlite import SqliteEventStore
 
@@ -185,9 +186,12 @@ class LedgerWorkers:
     """``count`` worker processes projecting from the store in ``db`` (an async context
     manager; see the module docstring)."""
 
-    def __init__(self, count: int, db: Path) -> None:
+    def __init__(self, count: int, db: Path, head: Head | None = None) -> None:
         self.count = count
         self.db = db
+        # The log's head for lines with their lineage (``--lineage``), sent to every
+        # worker once, as its argument: the same for every batch of the projection.
+        self.head = head
         self._workers: list[_Worker] = []
         self._pending: deque[_Worker] = deque()
         self._sent = 0
@@ -204,6 +208,7 @@ class LedgerWorkers:
                     "-m",
                     "arenad.ledger.workers",
                     str(self.db),
+                    *([msgspec.json.encode(self.head).decode()] if self.head is not None else []),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     env=env,
@@ -263,10 +268,10 @@ def _write_frame(stream: BinaryIO, message: msgspec.Struct) -> None:
     stream.flush()
 
 
-async def serve(db: Path, stdin: BinaryIO, stdout: BinaryIO) -> None:
+async def serve(db: Path, stdin: BinaryIO, stdout: BinaryIO, head: Head | None = None) -> None:
     """A worker's loop: say which arenad it runs, then project each batch read and
-    answer, until the input ends. (Reading stdin blocks the loop, which has nothing else
-    to do meanwhile.)"""
+    answer (with lineage at ``head`` when given), until the input ends. (Reading stdin
+    blocks the loop, which has nothing else to do meanwhile.)"""
     try:
         store = await SqliteEventStore.open_reader(db)
     except StoreError as exc:
@@ -276,7 +281,9 @@ async def serve(db: Path, stdin: BinaryIO, stdout: BinaryIO) -> None:
     try:
         while (body := _read_frame(stdin)) is not None:
             try:
-                reply = _Reply(lines=await project_batch(store, _cells(_decode_request(body))))
+                reply = _Reply(
+                    lines=await project_batch(store, _cells(_decode_request(body)), head)
+                )
             except Exception as exc:
                 kind = _raised_as(type(exc))
                 if kind is None:
@@ -299,4 +306,5 @@ if __name__ == "__main__":
     # cell by cell: the cycle collector would only keep re-scanning them (as in
     # ``arenad.ledger.service``).
     gc.disable()
-    asyncio.run(serve(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer))
+    head = msgspec.json.decode(sys.argv[2], type=Head) if len(sys.argv) > 2 else None
+    asyncio.run(serve(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer, head))
