@@ -241,8 +241,11 @@ def _wire_call(
     else:
         body = {"model": "m", "max_tokens": 1024, "messages": messages, **extra}
         headers = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    if wire_name == "chat":
+        headers = {"Authorization": f"Bearer {token}"}
     headers["Content-Type"] = "application/json"
-    return post(port, f"/v1/{wire_name}", body, headers)
+    path = "/v1/chat/completions" if wire_name == "chat" else f"/v1/{wire_name}"
+    return post(port, path, body, headers)
 
 
 def _text(wire_name: str, stream: bool, body: bytes) -> str:
@@ -363,6 +366,36 @@ def test_an_upstream_429_on_a_wire_is_classified(
     assert line["usage"] is None
     cause = gateway_cause([line])
     assert cause is not None and cause.cause == "provider rate limit (HTTP 429): slow down"
+
+
+@pytest.mark.parametrize(
+    ("wire_name", "said"),
+    [
+        ("chat", "Overloaded"),
+        ("responses", "Overloaded"),
+        ("messages", "overloaded_error: Overloaded"),
+    ],
+)
+def test_an_error_inside_a_200_stream_is_an_infrastructure_cause(
+    home: Path, scripted_model: Callable[[str], RunningModel], wire_name: str, said: str
+) -> None:
+    model = scripted_model(
+        WIRE_SCRIPT.replace(
+            'text = "Hi there, this is a longer streamed answer."',
+            'error = { status = 529, message = "Overloaded", in_stream = true }',
+        )
+    )
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, prices=WIRE_PRICES)
+    messages = [{"role": "user", "content": "hello"}]
+    status, _, _ = _wire_call(wire_name, gw.port, token, messages, stream=True)
+    assert status == 200
+    [line] = journal(home)
+    error = f"upstream error in its stream: {said}"
+    assert line["upstream"] == {"status": 200, "error": error}
+    cause = gateway_cause([line] * 2)
+    assert cause is not None
+    assert cause.cause == f"provider failed mid-answer (HTTP 200): {error}"
 
 
 @pytest.mark.parametrize("stream", [False, True])
