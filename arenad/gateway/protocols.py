@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from arenad.gateway import record
 from arenad.gateway.record import Result, Usage, count
+from arenad.provider_errors import anthropic_error_type
 
 Auth = Literal["bearer", "x-api-key"]
 
@@ -73,21 +74,10 @@ def openai_error(status: int, message: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
 
 
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-}
-
-
 def anthropic_error(status: int, message: str, code: str) -> bytes:
     """Anthropic's ``{"type": "error", "error": {type, message}}`` (``code`` has no field
-    there: the type says it)."""
-    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    there: the type says it), typed by the one table the scripted model uses too."""
+    kind = anthropic_error_type(status)
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
 
