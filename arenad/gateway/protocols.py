@@ -191,6 +191,16 @@ def responses_usage(raw: Mapping[str, Any]) -> Usage:
     )
 
 
+def _raw_tokens(messages: Any) -> list[int] | None:
+    """The token ids of vLLM's raw messages, in order (None: not that form, or absent)."""
+    if not isinstance(messages, list):
+        return None
+    raw = [m for m in messages if isinstance(m, dict) and isinstance(m.get("tokens"), list)]
+    if not raw:
+        return None
+    return [i for m in raw for i in m["tokens"] if isinstance(i, int) and not isinstance(i, bool)]
+
+
 _RESPONSE_ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -233,6 +243,14 @@ class ResponsesResult(Result):
         error = response.get("error")
         if isinstance(error, dict):
             self.stream_error = str(error.get("message") or error.get("code") or "failed")
+        # vLLM's token ids (asked with ``enable_response_messages``): the prompt's and the
+        # answer's raw messages, each ``{"type": "raw_message_tokens", "tokens": [...]}``.
+        prompt_ids = _raw_tokens(response.get("input_messages"))
+        if prompt_ids is not None:
+            self.prompt_token_ids = prompt_ids
+        completion_ids = _raw_tokens(response.get("output_messages"))
+        if completion_ids is not None:
+            self.completion_token_ids = completion_ids
         if whole:
             for index, item in enumerate(response.get("output") or []):
                 if isinstance(item, dict):
@@ -299,6 +317,7 @@ RESPONSES = Protocol(
         "previous_response_id",
         "store",
         "seed",
+        "enable_response_messages",
     ),
     fold=ResponsesResult,
     error=openai_error,

@@ -212,6 +212,7 @@ def _responses_whole(a: _Answer) -> dict[str, Any]:
         created=a.created,
         extras=responses.extras_for(a.body, a.script),
         chunk_chars=a.script.chunk_chars,
+        input_messages=responses.raw_input_messages(a.body, a.script),
     )
 
 
@@ -223,6 +224,7 @@ def _responses_events(a: _Answer) -> list[bytes]:
         created=a.created,
         extras=responses.extras_for(a.body, a.script),
         chunk_chars=a.script.chunk_chars,
+        input_messages=responses.raw_input_messages(a.body, a.script),
     )
 
 

@@ -418,3 +418,28 @@ def test_responses_logprobs_are_recorded_when_returned(
     assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
     assert all(len(e["top"]) == 2 for e in line["logprobs"])
     assert line["request"]["sampling"]["top_logprobs"] == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_token_ids_are_recorded_when_returned(
+    home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
+) -> None:
+    """vLLM's ``enable_response_messages``: the prompt's and the answer's raw messages carry
+    their token ids, recorded as the call's ``token_ids`` like chat's (issue 31)."""
+    model = scripted_model("chunk_chars = 8\n" + SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    status, _, _ = _wire_call(
+        "responses", gw.port, token, messages, stream=stream, enable_response_messages=True
+    )
+    assert status == 200
+    [line] = journal(home)
+    text = "Hi there, this is a longer streamed answer."
+    completion = [wire.token_id(text[i : i + 8]) for i in range(0, len(text), 8)]
+    prompt = [wire.token_id("be brief"), wire.token_id("hello")]
+    assert line["token_ids"] == {"prompt": prompt, "completion": completion}
+    assert line["request"]["sampling"]["enable_response_messages"] is True
+    # Not asked: nothing recorded, as with chat.
+    _wire_call("responses", gw.port, token, messages, stream=stream)
+    assert "token_ids" not in journal(home)[1]
