@@ -978,9 +978,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                     r.sandbox, network=r.network or default_network(arm)
                 ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
-                # Only the solo arm points its agent at the gateway so far; the others
-                # keep reaching their provider themselves.
-                gateway=r.gateway if isinstance(arm, SoloArm) else GatewaySpec(),
+                # Solo arms and model-using command arms point their agent at the
+                # gateway; the supervisor's workers keep reaching their provider.
+                gateway=r.gateway if _via_gateway(arm) else GatewaySpec(),
             )
 
 
@@ -1151,12 +1151,15 @@ def _sandbox(
     )
 
 
+def _via_gateway(arm: ArmSpec) -> bool:
+    """Whether the arm's agent can be pointed at the gateway (docs/gateway.md)."""
+    return isinstance(arm, SoloArm) or (isinstance(arm, CommandArm) and arm.uses_model)
+
+
 def _keys_at_the_gateway(arms: list[ArmSpec], gateway: GatewaySpec) -> bool:
     """Every arm that calls a model does so through the gateway, which reads the keys from
     the [secrets] env files itself: no cell needs the secrets wrapper."""
-    return gateway.kind == "gateway" and all(
-        isinstance(arm, SoloArm) for arm in arms if uses_model(arm)
-    )
+    return gateway.kind == "gateway" and all(_via_gateway(arm) for arm in arms if uses_model(arm))
 
 
 def _docker_image(
