@@ -443,3 +443,19 @@ def test_responses_token_ids_are_recorded_when_returned(
     # Not asked: nothing recorded, as with chat.
     _wire_call("responses", gw.port, token, messages, stream=stream)
     assert "token_ids" not in journal(home)[1]
+
+
+def test_a_campaigns_spend_since_a_grant_is_a_bisection_over_its_calls() -> None:
+    """What the campaign cap reads per call: the calls that ended at or after the grant was
+    issued, without summing every call of the campaign again (that was O(n**2))."""
+    from arenad.gateway.server import _CampaignCalls
+
+    calls = _CampaignCalls()
+    assert calls.since(0) == 0.0
+    for ended, usd in ((10, 1.0), (20, 2.0), (20, 4.0), (30, 8.0)):
+        calls.add(ended, usd)
+    assert [calls.since(t) for t in (0, 10, 11, 20, 21, 30, 31)] == [15, 15, 14, 14, 8, 8, 0]
+    assert calls.largest_usd == 8.0
+    # A clock that steps back files the call at the latest end: it still counts.
+    calls.add(5, 16.0)
+    assert calls.since(30) == 24.0 and calls.since(31) == 0.0
