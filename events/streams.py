@@ -31,6 +31,12 @@ def cell_stream(cell_id: str) -> str:
     return CELL + cell_id
 
 
+def campaign_cells(campaign: str) -> str:
+    """The prefix of every cell stream of ``campaign`` (``events.specs.cell_id`` puts the
+    campaign first, and ':' never occurs in it, so the prefix selects exactly its cells)."""
+    return f"{CELL}{campaign}:"
+
+
 def is_cell_stream(stream: str) -> bool:
     return stream.startswith(CELL)
 

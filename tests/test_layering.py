@@ -172,6 +172,15 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
+# The cell modules recovery may read: pure data and checks, below the captures. (The
+# package itself is left out: as a prefix it would match its every module.)
+CELL_BELOW_RECOVERY = ("arenad.cell.kinds", "arenad.cell.bounds")
+CELL_ABOVE_RECOVERY = tuple(
+    m
+    for m in ALL_MODULES
+    if within(m, ("arenad.cell",)) and m not in ("arenad.cell", *CELL_BELOW_RECOVERY)
+)
+
 # What each package sits on. A lower layer never imports a higher one.
 LOWER_MUST_NOT_IMPORT: dict[str, tuple[str, ...]] = {
     # Process groups, the wrapper and the executors know runs, not cells or arms, nor the
@@ -200,10 +209,27 @@ LOWER_MUST_NOT_IMPORT: dict[str, tuple[str, ...]] = {
     ),
     "arenad.materialize": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
     "arenad.ingest": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
-    "arenad.recovery": ("arenad.daemon", "arenad.arms", "arenad.ledger", "arenad.cell"),
+    # Recovery reads the arm-kinds table (what a kind's store figures are) and the folds'
+    # bounds, both pure and in cell's floor below it; never the cell machine or its writer.
+    "arenad.recovery": ("arenad.daemon", "arenad.arms", "arenad.ledger", *CELL_ABOVE_RECOVERY),
+    # The cell's machine, kinds table and folds sit below everything that runs a cell.
+    "arenad.cell": (
+        "arenad.daemon",
+        "arenad.arms",
+        "arenad.ledger",
+        "arenad.recovery",
+        "arenad.runs",
+        "arenad.executors",
+    ),
     "arenad.arms": ("arenad.daemon", "arenad.ledger"),
     "arenad.readmodels": ("arenad.daemon", "arenad.arms", "arenad.ledger"),
 }
+
+
+def test_recovery_reads_of_the_cell_only_what_sits_below_it() -> None:
+    # A guard on the split rule: the cell's machine and writer stay forbidden to recovery.
+    assert set(CELL_BELOW_RECOVERY) <= set(ALL_MODULES)
+    assert {"arenad.cell.machine", "arenad.cell.writer"} <= set(CELL_ABOVE_RECOVERY)
 
 
 @pytest.mark.parametrize("package", sorted(LOWER_MUST_NOT_IMPORT))

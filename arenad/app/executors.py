@@ -42,7 +42,10 @@ def executor_factory(
     def make(home: Home, tools: Tools) -> Executor:
         # The node's actor has its own tools; the head's prepared checkouts stay here.
         return RayExecutor(
-            address=ray_address, heartbeat_s=ray_heartbeat_s, namespace=namespace_for(home.root)
+            address=ray_address,
+            heartbeat_s=ray_heartbeat_s,
+            namespace=namespace_for(home.root),
+            home=home.root,
         )
 
     return make

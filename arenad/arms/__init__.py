@@ -3,7 +3,10 @@ scorable and recovered (:mod:`arenad.arms.base`). Arms know nothing of the log o
 ledger; the cell runner turns what they return into events.
 
 The registry below maps each arm spec type (``events.specs``) to its arm: adding a kind
-is a new module and one row here, never an edit of the base.
+is a new module and one row here, never an edit of the base, plus what the kind is made
+of elsewhere: its spec (``events.specs``), its campaign table (``arenad.campaign.load``)
+and its row in :mod:`arenad.cell.kinds`, where the read side looks it up. Nothing outside
+this package and that table branches on a kind (``tests/cell/test_fourth_kind.py``).
 """
 
 from __future__ import annotations

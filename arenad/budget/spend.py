@@ -26,7 +26,10 @@ no value in any log makes the fold negative or overflow it.
 A campaign's spend is the sum over its attempts, retries included (a retried cell was paid
 for twice). Sums are kept in integer pico-dollars, so the fold is exact and the same
 whatever order the updates come in; each event updates one attempt and its campaign's
-totals in O(1), so the daemon can feed it every ingested batch (:class:`SpendFold`).
+totals in O(1), so the daemon can feed it every ingested batch (:class:`SpendFold`). That is
+why it keeps its own running figures rather than re-folding a cell's attempts
+(:mod:`arenad.cell.attempts`, what the ledger and the report read): it shares that fold's
+rule for which attempt a record is of (``attempt_key``) and the cost rule (``run_cost``).
 
 Feeding the same ingested line twice (a restarted reader) counts it once: cost-bearing
 lines are keyed by (source, path, offset).
@@ -41,6 +44,7 @@ from typing import Literal
 
 import msgspec
 
+from arenad.cell.attempts import attempt_key
 from arenad.cell.kinds import kind_of
 from arenad.cell.spend import run_cost
 from arenad.cell.supervisor_figures import SUPERVISOR_SOURCE
@@ -50,7 +54,7 @@ from events.base import Event, Recorded
 from events.control import CampaignSubmitted
 from events.ingest import FileSnapshotted, LineIngested
 from events.specs import arm_of, campaign_of
-from events.streams import CAMPAIGN, attempt_stream_parts, cell_of, is_cell_stream
+from events.streams import CAMPAIGN, INGEST, is_cell_stream
 
 UNITS_PER_USD = 10**12
 
@@ -239,17 +243,16 @@ class SpendFold:
                 for arm, kind in event.arm_kinds.items():
                     self._arm_kinds[(event.name, arm)] = kind
             return None
-        if is_cell_stream(stream):
-            attempt = getattr(event, "attempt", None)
-            if attempt is None:
-                return None
-            return self._update(cell_of(stream), int(attempt), event)
-        parts = attempt_stream_parts(stream)
-        if parts is None or parts[0] != "ingest":
+        key = attempt_key(stream, event)
+        if key is None:
             return None
-        if not isinstance(event, LineIngested | FileSnapshotted):
+        # Outside its cell stream, an attempt's cost is in its ingested lines and snapshots
+        # (its captures carry none).
+        if not is_cell_stream(stream) and not (
+            stream.startswith(INGEST) and isinstance(event, LineIngested | FileSnapshotted)
+        ):
             return None
-        return self._update(parts[1], parts[2], event)
+        return self._update(*key, event)
 
     def apply_all(self, recorded: Iterable[Recorded]) -> None:
         for r in recorded:

@@ -125,7 +125,7 @@ import msgspec
 
 from arenad.campaign import limits
 from arenad.campaign.instances import Row, read_rows
-from arenad.cell.kinds import kind_of
+from arenad.cell.kinds import kind_of, kind_of_arm
 from arenad.errors import CampaignError
 from arenad.materialize.image import default_image_name
 from arenad.proposer.layout import candidate_id
@@ -203,6 +203,9 @@ class SoloArmFile(_Strict, tag="solo", tag_field="kind", frozen=True, kw_only=Tr
     extra_args: list[str] = []
     kill_grace_s: float = 1.0
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _solo_arm(self, where)
+
 
 class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True, kw_only=True):
     name: str
@@ -222,6 +225,9 @@ class SupervisorArmFile(_Strict, tag="supervisor", tag_field="kind", frozen=True
     init_opencode_store: bool = True
     opencode_bin: str = "opencode"
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _supervisor_arm(self, base, where)
+
 
 class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_only=True):
     name: str
@@ -234,7 +240,12 @@ class CommandArmFile(_Strict, tag="command", tag_field="kind", frozen=True, kw_o
     kill_grace_s: float = 1.0
     output: Literal["jsonl", "text"] = "jsonl"
 
+    def spec(self, base: Path, where: str) -> ArmSpec:
+        return _command_arm(self, where)
 
+
+# Each arm table turns itself into its spec (``spec``): a new kind is a new table here,
+# and no branch on the kind's name.
 ArmFile = SoloArmFile | SupervisorArmFile | CommandArmFile
 
 
@@ -561,33 +572,41 @@ def _check_exists(path: str, key: str, where: str, arm: str, *, directory: bool)
 def _arm(arm: ArmFile, base: Path, where: str) -> ArmSpec:
     check_path_component(arm.name, "arm name", where, MAX_ARM_NAME)
     check_seconds(arm.timeout_s, "timeout_s", where)
-    if not isinstance(arm, SupervisorArmFile):
-        check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
-    if isinstance(arm, SoloArmFile):
-        return SoloArm(
-            name=arm.name,
-            model=arm.model,
-            timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix,
-            opencode_bin=arm.opencode_bin,
-            extra_args=arm.extra_args,
-            kill_grace_s=arm.kill_grace_s,
-        )
-    if isinstance(arm, CommandArmFile):
-        if not arm.argv:
-            raise CampaignError(f"{where}: arm {arm.name!r}: argv must not be empty")
-        check_argv_placeholders(arm.argv, COMMAND_PLACEHOLDERS, where, f"arm {arm.name!r}: argv")
-        return CommandArm(
-            name=arm.name,
-            argv=arm.argv,
-            model=arm.model,
-            timeout_s=arm.timeout_s,
-            prompt_suffix=arm.prompt_suffix,
-            env=arm.env,
-            uses_model=arm.uses_model,
-            kill_grace_s=arm.kill_grace_s,
-            output=arm.output,
-        )
+    return arm.spec(base, where)
+
+
+def _solo_arm(arm: SoloArmFile, where: str) -> SoloArm:
+    check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
+    return SoloArm(
+        name=arm.name,
+        model=arm.model,
+        timeout_s=arm.timeout_s,
+        prompt_suffix=arm.prompt_suffix,
+        opencode_bin=arm.opencode_bin,
+        extra_args=arm.extra_args,
+        kill_grace_s=arm.kill_grace_s,
+    )
+
+
+def _command_arm(arm: CommandArmFile, where: str) -> CommandArm:
+    check_seconds(arm.kill_grace_s, "kill_grace_s", where, zero_ok=True)
+    if not arm.argv:
+        raise CampaignError(f"{where}: arm {arm.name!r}: argv must not be empty")
+    check_argv_placeholders(arm.argv, COMMAND_PLACEHOLDERS, where, f"arm {arm.name!r}: argv")
+    return CommandArm(
+        name=arm.name,
+        argv=arm.argv,
+        model=arm.model,
+        timeout_s=arm.timeout_s,
+        prompt_suffix=arm.prompt_suffix,
+        env=arm.env,
+        uses_model=arm.uses_model,
+        kill_grace_s=arm.kill_grace_s,
+        output=arm.output,
+    )
+
+
+def _supervisor_arm(arm: SupervisorArmFile, base: Path, where: str) -> SupervisorArm:
     knobs = {**SUPERVISOR_DEFAULT_ENV_KNOBS, **arm.env_knobs}
     for name in knobs:
         if not ENV_KNOB.match(name):
@@ -827,13 +846,6 @@ def _resolve(parsed: CampaignFile, base: Path, where: str) -> _Resolved:
         # the verify command brings in the patch.
         raise CampaignError(f"{where}: excludes must name at least one pattern")
     excludes = parsed.excludes if parsed.excludes is not None else list(DEFAULT_EXCLUDES)
-    ray = parsed.executor is not None and parsed.executor.kind == "ray"
-    if ray and parsed.sandbox is not None and parsed.sandbox.kind == "docker":
-        # A node would start the container without the wrapper's container handling (its
-        # OOM state, its removal): refused rather than half done.
-        raise CampaignError(
-            f'{where}: [sandbox] kind = "docker" does not run on [executor] kind = "ray" yet'
-        )
     gateway = _gateway(parsed.gateway, where)
     return _Resolved(
         parsed=parsed,
@@ -978,8 +990,8 @@ def _cells_of(r: _Resolved, instance: InstanceSpec) -> Iterator[CellSpec]:
                     r.sandbox, network=r.network or default_network(arm)
                 ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
-                # Solo arms and model-using command arms point their agent at the
-                # gateway; the supervisor's workers keep reaching their provider.
+                # A kind whose row says so points its agent at the gateway (a command
+                # arm only when it uses a model); the others reach their provider themselves.
                 gateway=r.gateway if _via_gateway(arm) else GatewaySpec(),
             )
 
@@ -1152,8 +1164,9 @@ def _sandbox(
 
 
 def _via_gateway(arm: ArmSpec) -> bool:
-    """Whether the arm's agent can be pointed at the gateway (docs/gateway.md)."""
-    return isinstance(arm, SoloArm) or (isinstance(arm, CommandArm) and arm.uses_model)
+    """Whether the arm's agent is pointed at the gateway (its kind's row; an arm that uses
+    no model has no call to point: docs/gateway.md)."""
+    return kind_of_arm(arm).gateway and uses_model(arm)
 
 
 def _keys_at_the_gateway(arms: list[ArmSpec], gateway: GatewaySpec) -> bool:

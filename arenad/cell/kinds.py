@@ -1,8 +1,9 @@
 """What the read side knows of each arm kind: one row per kind, pure data.
 
-The folds (spend, budget, status rows) and the campaign file look a kind up here instead
-of comparing its name, so a new arm kind is a module in :mod:`arenad.arms` and one row
-below. Importable without the runtime (nothing here starts a process).
+The folds (spend, budget, status rows), the campaign file and the recovery of a run's
+store look a kind up here instead of comparing its name, so a new arm kind is a module in
+:mod:`arenad.arms` and one row below. Importable without the runtime (nothing here starts
+a process).
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class ArmKind(NamedTuple):
     journal_lines: bool
     # Recovery writes the reference's result.json into its run dir.
     result_document: bool
+    # What the figures of the opencode store in its run dir are: its own agent's spend
+    # ("spend": a missing store is a recorded gap), or the agent's own writing ("evidence":
+    # a command runs any CLI, which may write any ``opencode.db``: its sessions are kept,
+    # its figures are never spend of record, and none is no failure).
+    store_figures: Literal["spend", "evidence"]
+    # Its agent is pointed at the model gateway when the campaign has one (its [gateway]
+    # applies); the others keep reaching their provider themselves.
+    gateway: bool
 
 
 KINDS: dict[str, ArmKind] = {
@@ -59,6 +68,8 @@ KINDS: dict[str, ArmKind] = {
         model_field="model",
         journal_lines=False,
         result_document=False,
+        store_figures="spend",
+        gateway=True,
     ),
     "supervisor": ArmKind(
         reports_cost=True,
@@ -70,6 +81,8 @@ KINDS: dict[str, ArmKind] = {
         model_field="worker_model",
         journal_lines=True,
         result_document=True,
+        store_figures="spend",
+        gateway=False,
     ),
     "command": ArmKind(
         reports_cost=False,
@@ -81,6 +94,9 @@ KINDS: dict[str, ArmKind] = {
         model_field="model",
         journal_lines=False,
         result_document=False,
+        store_figures="evidence",
+        # With uses_model: the conventional env variables name the gateway (issue 31).
+        gateway=True,
     ),
 }
 
@@ -96,6 +112,8 @@ _UNKNOWN = ArmKind(
     model_field="model",
     journal_lines=False,
     result_document=False,
+    store_figures="spend",
+    gateway=False,
 )
 
 # The purposes of the store sessions that are an agent line's own (recovery names a run's

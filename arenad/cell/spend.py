@@ -8,15 +8,15 @@ the agent's own (``arenad.recovery.capture``), whatever an older arenad recorded
 None is unknown, never 0. The report and the live progress (daemon line, view) both count
 spend with it, so they agree.
 
-Every figure is checked as it is read (:func:`arenad.recovery.bounds.attempt_usd`): a value
+Every figure is checked as it is read (:func:`arenad.cell.bounds.attempt_usd`): a value
 an older arenad recorded from a forged store (negative, 1e300) is unknown here, so no
 fold adds it or overflows on it.
 """
 
 from __future__ import annotations
 
+from arenad.cell.bounds import attempt_tokens, attempt_usd
 from arenad.cell.kinds import kind_of
-from arenad.recovery.bounds import attempt_tokens, attempt_usd
 from events import cell as ev
 
 __all__ = ["run_cost", "run_tokens"]

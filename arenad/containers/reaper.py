@@ -11,6 +11,10 @@ by its labels, and removed:
   before this daemon started (no judge of this daemon can be that old).
 
 Only this home's containers are looked at: the engine is shared (other homes, other users).
+
+In three steps (:func:`find`, :func:`orphans`, :func:`remove`) so that on the Ray executor
+each node lists and removes on its own engine while the head, which holds the log, decides
+(:meth:`arenad.executors.ray.executor.RayExecutor.reconcile`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable, Callable
+
+import msgspec
 
 from arenad.containers.docker import docker_bin, remove_container
 from arenad.runs.commands import CommandError, run_ok
@@ -50,18 +56,21 @@ def _created(text: str) -> dt.datetime | None:
         return None
 
 
-async def reap(
-    home_root: str,
-    live: AttemptLive,
-    *,
-    started_at: dt.datetime,
-    docker: str | None = None,
-) -> list[str]:
-    """Remove this home's orphaned containers; return their names. An engine that cannot be
-    asked is logged, not raised (the reaper runs again later)."""
+class Found(msgspec.Struct, frozen=True, kw_only=True):
+    """What one engine holds of a home: its agent containers (name, cell, attempt) and the
+    judge containers (name, run dir, created at) of every home (plain data: a Ray node
+    lists, the head decides)."""
+
+    agents: list[list[str]]
+    judges: list[list[str]]
+
+
+async def find(home_root: str, docker: str | None = None) -> Found | None:
+    """The engine's containers that may be this home's orphans; None when there is no
+    client or the engine did not answer (logged: the reaper runs again later)."""
     docker = docker or docker_bin()
     if shutil.which(docker) is None:
-        return []
+        return None
     home = os.path.abspath(home_root)
     try:
         agents = await _list(
@@ -76,23 +85,37 @@ async def reap(
         )
     except (CommandError, OSError) as exc:
         log.info("containers not reaped (the engine did not answer): %s", exc)
-        return []
+        return None
+    return Found(agents=agents, judges=judges)
+
+
+async def orphans(
+    found: Found, home_root: str, live: AttemptLive, *, started_at: dt.datetime
+) -> list[str]:
+    """The names of ``found`` that nothing will ever end (see the module docstring)."""
+    home = os.path.abspath(home_root)
     doomed = []
-    for row in agents:
+    for row in found.agents:
         if len(row) != 3 or not row[2].isdigit():
             continue
         name, cell_id, attempt = row[0], row[1], int(row[2])
         if not await live(cell_id, attempt):
             doomed.append(name)
-    for row in judges:
+    for row in found.judges:
         run_dir = os.path.normpath(row[1]) if len(row) == 3 else ""
         if not os.path.isabs(run_dir) or not inside(run_dir, home):
             continue
         created = _created(row[2])
         if created is not None and (started_at - created).total_seconds() > JUDGE_MARGIN_S:
             doomed.append(row[0])
+    return doomed
+
+
+async def remove(names: list[str], docker: str | None = None) -> list[str]:
+    """Remove ``names`` (gone already counts as removed); return those removed."""
+    docker = docker or docker_bin()
     removed = []
-    for name in doomed:
+    for name in names:
         problem = await remove_container(name, docker)
         if problem is None:
             removed.append(name)
@@ -101,3 +124,18 @@ async def reap(
     if removed:
         log.info("removed %d orphaned containers: %s", len(removed), ", ".join(removed))
     return removed
+
+
+async def reap(
+    home_root: str,
+    live: AttemptLive,
+    *,
+    started_at: dt.datetime,
+    docker: str | None = None,
+) -> list[str]:
+    """Remove this home's orphaned containers; return their names. An engine that cannot be
+    asked is logged, not raised (the reaper runs again later)."""
+    found = await find(home_root, docker)
+    if found is None:
+        return []
+    return await remove(await orphans(found, home_root, live, started_at=started_at), docker)

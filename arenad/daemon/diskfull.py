@@ -32,6 +32,7 @@ from arenad.runs import groups
 from arenad.runs.wrapper import disk_use
 from events.cell import RunStarted
 from events.control import RunDirSize
+from events.specs import cell_id
 
 RESERVE_NAME = "arenad.reserve"
 RESERVE_BYTES = 16 << 20  # a few thousand events of room: a full disk needs a handful
@@ -117,7 +118,7 @@ def _cell_of(run_dir: Path, campaigns: Path) -> tuple[str, int] | None:
         return None
     campaign, rep, attempt, _, instance, arm = parts
     try:
-        return f"{campaign}:{instance}:{arm}:{int(rep[4:])}", int(attempt[8:])
+        return cell_id(campaign, instance, arm, int(rep[4:])), int(attempt[8:])
     except ValueError:
         return None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -22,23 +21,23 @@ import msgspec
 from arenad.clock import Clock, system_clock
 from arenad.containers import reaper
 from arenad.containers.docker import remove_container
+from arenad.executors import spawn
 from arenad.ingest.inotify import Inotify
 from arenad.ingest.offsets import Positions
 from arenad.ingest.watcher import RunDirWatcher, Sink, WatchSource
 from arenad.runs import cgroups, groups
-from arenad.runs.detached import DetachedRun, RunEnd, spawn_detached
+from arenad.runs.detached import DetachedRun, RunEnd
 from arenad.runs.executor import (
     AttemptLive,
     Executor,
     Observation,
     Run,
-    RunRecord,
     RunRequest,
     Site,
     Tools,
     check_executor,
 )
-from arenad.runs.files import RunFiles, capped_marker
+from arenad.runs.files import RunFiles
 from arenad.runs.launcher_client import WrapperLauncher
 from events.cell import RunStarted
 from events.specs import CellSpec
@@ -85,12 +84,8 @@ class LocalRun(Run):
         self.container = container
         self.files = run.files
         self.group = group
-        self.record = RunRecord(
-            pid=run.pid,
-            pgid=run.pgid,
-            start_ticks=run.start_ticks,
-            started_at_ms=run.started_at_ms,
-            deadline_ms=run.deadline_ms,
+        self.record = spawn.record(
+            run,
             executor="local",
             node=node,
             cgroup=group.name if group is not None else None,
@@ -147,11 +142,7 @@ class LocalRun(Run):
         return LocalObservation(watcher)
 
     async def activity(self) -> tuple[int, ...]:
-        # Output dropped past the cap still counts: the wrapper moves the marker's mtime
-        # while it drops.
-        files = (self.files.stdout, self.files.stderr)
-        markers = tuple(capped_marker(f) for f in files)
-        return (*(_size(f) for f in files), *(_mtime_ns(m) for m in markers))
+        return spawn.activity(self.files)
 
 
 class _LostRun(LocalRun):
@@ -190,45 +181,21 @@ class LocalSite(Site):
         argv = request.argv
         if request.limits is not None:
             argv = cgroups.join_argv(group, argv)
-        disk = None
-        if request.disk_dir is not None and request.disk_bytes is not None:
-            disk = (request.disk_dir, request.disk_bytes)
         try:
-            run = await self._spawn(request, argv, group, disk)
+            run = await spawn.spawn(
+                request,
+                store_path=ex.store_path,
+                clock=ex.clock,
+                launcher=ex.launcher,
+                argv=argv,
+                cgroup_dirs=group.dirs if group is not None else (),
+            )
         except BaseException:
             if group is not None:
                 await asyncio.to_thread(cgroups.remove, group)
             raise
         return LocalRun(
             run, ex.clock, ex.observer, ex.node, group, unlimited, container=request.container
-        )
-
-    async def _spawn(
-        self,
-        request: RunRequest,
-        argv: list[str],
-        group: cgroups.Group | None,
-        disk: tuple[str, int] | None,
-    ) -> DetachedRun:
-        ex = self.executor
-        return await spawn_detached(
-            argv,
-            cwd=request.cwd,
-            env=request.env,
-            files=request.files,
-            store_path=ex.store_path,
-            stream=request.stream,
-            attempt=request.attempt,
-            timeout_s=request.timeout_s,
-            kill_grace_s=request.kill_grace_s,
-            network=request.network,
-            forwards=request.forwards,
-            container=request.container,
-            container_forwards=request.container_forwards,
-            clock=ex.clock,
-            launcher=ex.launcher,
-            cgroup_dirs=group.dirs if group is not None else (),
-            disk=disk,
         )
 
     async def attach(self, started: RunStarted, run_dir: str) -> Run:
@@ -338,17 +305,3 @@ class LocalExecutor(Executor):
                 observer.close()
         finally:
             await self.launcher.close()
-
-
-def _mtime_ns(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1

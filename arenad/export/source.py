@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from arenad.cell.attempts import attempts
 from arenad.errors import UserError
 from arenad.ledger.batch import read_cell_records
 from arenad.ledger.lines import new_stats
@@ -30,7 +31,7 @@ from arenad.store.base import EventStore
 from events import cell as ev
 from events.base import Recorded
 from events.specs import CellSpec, campaign_of
-from events.streams import CELL, cell_of
+from events.streams import CELL, campaign_cells, cell_of
 
 __all__ = ["ExportCell", "Head", "LineAttempt", "Lineage", "cells_of", "log_head"]
 
@@ -89,19 +90,6 @@ async def log_head(store: EventStore) -> Head:
     return Head(seq=seq, hash=bytes(digest).hex() if digest is not None else None)
 
 
-def _attempt_of(rec: Recorded) -> int | None:
-    """The attempt a record belongs to: its event's ``attempt``, else the number that
-    ends a capture or ingest stream's name."""
-    attempt = getattr(rec.event, "attempt", None)
-    if type(attempt) is int:
-        return attempt
-    if not rec.stream.startswith(CELL):
-        tail = rec.stream.rsplit("/", 1)[-1]
-        if tail.isdigit():
-            return int(tail)
-    return None
-
-
 def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> ExportCell | None:
     spec = next(
         (r.event.spec for r in records if isinstance(r.event, ev.CellSubmitted)),
@@ -109,27 +97,7 @@ def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> Exp
     )
     if spec is None:
         return None
-    seqs: dict[int, list[int]] = {}
-    patches: dict[int, ev.PatchCaptured | None] = {}
-    verified: dict[int, ev.CellVerified] = {}
-    starts: dict[int, int] = {}
-    ends: dict[int, int] = {}
-    for r in records:
-        n = _attempt_of(r)
-        if n is None:
-            continue
-        span = seqs.setdefault(n, [r.seq, r.seq])
-        span[0] = min(span[0], r.seq)
-        span[1] = max(span[1], r.seq)
-        e = r.event
-        if isinstance(e, ev.PatchCaptured):
-            patches[n] = e
-        elif isinstance(e, ev.CellVerified):
-            verified[n] = e
-        elif isinstance(e, ev.RunStarted):
-            starts[n] = r.recorded_at_ms
-        elif isinstance(e, ev.RunCompleted | ev.RunTimedOut | ev.RunAborted):
-            ends[n] = r.recorded_at_ms
+    by_n = {a.n: a for a in attempts(records)}
     projection = cell_projection(cell_id, records, run_id, new_stats())
     lines: list[LineAttempt] = []
     attempt = 0
@@ -137,7 +105,8 @@ def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> Exp
         if line["role"] != "worker":
             # An agent or supervisor line opens its attempt; its workers follow it.
             attempt = int(line["outcome"]["metrics"]["attempt"])
-        first, last = seqs.get(attempt, (0, 0))
+        a = by_n.get(attempt)
+        first, last = (a.first_seq, a.last_seq) if a is not None else (0, 0)
         lineage = Lineage(
             cell=cell_id,
             attempt=attempt,
@@ -148,14 +117,14 @@ def _cell(cell_id: str, records: list[Recorded], run_id: str, head: Head) -> Exp
             rollout_id=line["rollout_id"],
         )
         lines.append(LineAttempt(line, attempt, lineage))
-    ended = {la.attempt for la in lines}
+    ended = [by_n.get(n) for n in sorted({la.attempt for la in lines})]
     return ExportCell(
         cell_id,
         spec,
         lines,
-        {n: verified.get(n) for n in sorted(ended)},
-        {n: patches.get(n) for n in sorted(ended)},
-        {n: (starts.get(n), ends.get(n)) for n in sorted(ended)},
+        {a.n: a.verified for a in ended if a is not None},
+        {a.n: a.patch for a in ended if a is not None},
+        {a.n: (a.started_at_ms, a.ended_at_ms) for a in ended if a is not None},
     )
 
 
@@ -164,7 +133,7 @@ async def _chosen_cells(store: EventStore, campaigns: Sequence[str]) -> list[str
         return [cell_of(s) for s in await store.streams(CELL)]
     cells: list[str] = []
     for campaign in dict.fromkeys(campaigns):
-        found = [cell_of(s) for s in await store.streams(f"{CELL}{campaign}:")]
+        found = [cell_of(s) for s in await store.streams(campaign_cells(campaign))]
         if not found:
             raise UserError(f"--campaign {campaign}: no such campaign")
         cells += found

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from arenad.cell.attempts import attempt_of
 from arenad.cell.kinds import kind_of_arm
 from arenad.ledger.lines import LedgerStats, new_stats
 from arenad.ledger.project import CellResolution, cell_projection
@@ -54,12 +55,7 @@ class BatchLines(msgspec.Struct, frozen=True, array_like=True):
 def _attempts(records: Iterable[Recorded]) -> list[int]:
     """The attempts a cell stream names (the ones whose capture streams can matter: a
     capture of an attempt its cell never opened gives no line)."""
-    found: set[int] = set()
-    for rec in records:
-        attempt = getattr(rec.event, "attempt", None)
-        if type(attempt) is int:
-            found.add(attempt)
-    return sorted(found)
+    return sorted({n for r in records if (n := attempt_of(r.stream, r.event)) is not None})
 
 
 def _reads_ingest(records: Sequence[Recorded]) -> bool:

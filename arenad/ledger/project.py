@@ -7,6 +7,9 @@ nothing else: no file, store, clock or random source — times come from
 ``recorded_at_ms``, ids from ``rollout_id`` over stable keys. Every line kind is built
 from the same section builders (``arenad.ledger.lines``).
 
+A cell's attempts are folded once, by :mod:`arenad.cell.attempts` (the report and the
+export read the same fold); this module only turns each attempt into lines.
+
 The reference is the swe-arena backfill (``shared/seeds/003``, facts rollout-v1 §5),
 brought to the current schema; where it reads a run-dir file, the same fact is read from
 the event that recorded it:
@@ -60,13 +63,13 @@ the event that recorded it:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from arenad.cell import supervisor_figures as figures
+from arenad.cell.attempts import Attempt, attempts
 from arenad.cell.kinds import AGENT_SESSION_PURPOSES, harness_of, kind_of_arm, run_model
 from arenad.chat import has_messages, join_messages
 from arenad.gateway.reconcile import answered, gateway_calls, gateway_figures, mismatch
@@ -102,7 +105,6 @@ from events.specs import CandidateSpec, CellSpec
 
 __all__ = [
     "BRAIN_GAP",
-    "INGEST_PREFIX",
     "CellProjection",
     "CellResolution",
     "LedgerStats",
@@ -114,57 +116,6 @@ __all__ = [
 ]
 
 BRAIN_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
-# ``ingest/<cell>/<attempt>``: the lines ingested live from a run (the supervisor's journal).
-INGEST_PREFIX = "ingest/"
-
-
-class _Attempt:
-    def __init__(self) -> None:
-        self.materialized: ev.CellMaterialized | None = None
-        self.started: ev.RunStarted | None = None
-        self.ended: ev.RunCompleted | ev.RunTimedOut | ev.RunAborted | None = None
-        self.verified: ev.CellVerified | None = None
-        self.recovered: ev.CellRecovered | None = None
-        self.recovered_at_ms: int | None = None
-        self.failed: ev.CellFailed | None = None
-        self.failed_at_ms: int | None = None
-        self.verdict: ev.JudgeVerdictRecorded | None = None
-        self.supervisor: ev.SupervisorOutcome | None = None
-        self.provenance: ev.ProvenanceRecorded | None = None
-        self.sessions: dict[str, cap.AgentSessionCaptured] = {}
-        self.unavailable: cap.AgentStoreUnavailable | None = None
-        self.unmatched: list[str] = []
-        # None: nothing was ingested for the attempt (its figures are unknown).
-        self.ingested: list[Recorded] | None = None
-
-    @property
-    def spend(self) -> ev.SpendFigures | None:
-        return self.recovered.spend if self.recovered is not None else None
-
-    @property
-    def run_dir(self) -> str | None:
-        return self.materialized.run_dir if self.materialized is not None else None
-
-    @property
-    def profile_commit(self) -> str | None:
-        return self.provenance.commit if self.provenance is not None else None
-
-    @property
-    def error(self) -> str | None:
-        return self.failed.error if self.failed is not None else None
-
-    @property
-    def scored(self) -> bool:
-        """Whether the attempt's result counts (verified as scored)."""
-        return self.verified is not None and self.verified.scored
-
-    @property
-    def ended_at_ms(self) -> int | None:
-        """When the attempt's lines were settled: its recovery, else its failure after a
-        start; None while it has not ended (it gives no line then)."""
-        if self.recovered_at_ms is not None:
-            return self.recovered_at_ms
-        return self.failed_at_ms if self.started is not None else None
 
 
 def _split_model(ref: str | None) -> tuple[str | None, str | None]:
@@ -175,7 +126,7 @@ def _split_model(ref: str | None) -> tuple[str | None, str | None]:
     return (provider, model) if sep else (None, ref)
 
 
-def _reward(a: _Attempt) -> tuple[Number | None, str | None]:
+def _reward(a: Attempt) -> tuple[Number | None, str | None]:
     """The attempt's reward and its source: none for an unscored attempt (see above)."""
     verdict = a.verdict
     if verdict is None or not a.scored:
@@ -197,68 +148,9 @@ def _verdict_value(verdict: ev.JudgeVerdictRecorded | None) -> Any:
         return verdict.verdict_json
 
 
-_BY_SEQ = attrgetter("seq")
-
-
-def _ingest_attempt(stream: str) -> int | None:
-    attempt = stream.rpartition("/")[2]
-    return int(attempt) if attempt.isascii() and attempt.isdigit() else None
-
-
-def _collect(records: Iterable[Recorded]) -> tuple[CellSpec | None, dict[int, _Attempt]]:
-    spec: CellSpec | None = None
-    attempts: dict[int, _Attempt] = {}
-
-    def at(n: int) -> _Attempt:
-        a = attempts.get(n)
-        if a is None:
-            a = attempts[n] = _Attempt()
-        return a
-
-    for rec in sorted(records, key=_BY_SEQ):
-        e = rec.event
-        match e:
-            case ev.CellSubmitted():
-                spec = e.spec
-            case ev.CellRetried():
-                at(e.attempt)  # opened: the cell's current attempt, even before it runs
-            case ev.CellMaterialized():
-                at(e.attempt).materialized = e
-            case ev.RunStarted():
-                at(e.attempt).started = e
-            case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
-                at(e.attempt).ended = e
-            case ev.CellVerified():
-                at(e.attempt).verified = e
-            case ev.CellRecovered():
-                a = at(e.attempt)
-                a.recovered, a.recovered_at_ms = e, rec.recorded_at_ms
-            case ev.CellFailed():
-                a = at(e.attempt)
-                a.failed, a.failed_at_ms = e, rec.recorded_at_ms
-            case ev.JudgeVerdictRecorded():
-                at(e.attempt).verdict = e
-            case ev.SupervisorOutcome():
-                at(e.attempt).supervisor = e
-            case ev.ProvenanceRecorded():
-                at(e.attempt).provenance = e
-            case cap.AgentSessionCaptured():
-                at(e.attempt).sessions.setdefault(e.session_id, e)
-            case cap.AgentStoreUnavailable():
-                at(e.attempt).unavailable = e
-            case cap.WorkerCwdUnmatched():
-                a = at(e.attempt)
-                if e.cwd not in a.unmatched:
-                    a.unmatched.append(e.cwd)
-            case _ if rec.stream.startswith(INGEST_PREFIX):
-                # Ingestion events name no attempt: their stream does.
-                n = _ingest_attempt(rec.stream)
-                if n is not None:
-                    a = at(n)
-                    if a.ingested is None:
-                        a.ingested = []
-                    a.ingested.append(rec)
-    return spec, attempts
+def _collect(records: Sequence[Recorded]) -> tuple[CellSpec | None, tuple[Attempt, ...]]:
+    spec = next((r.event.spec for r in records if isinstance(r.event, ev.CellSubmitted)), None)
+    return spec, attempts(records)
 
 
 def _time_key(s: cap.AgentSessionCaptured) -> tuple[float, str]:
@@ -298,17 +190,17 @@ def _head(
     )
 
 
-def _timed_out(a: _Attempt) -> bool:
+def _timed_out(a: Attempt) -> bool:
     return isinstance(a.ended, ev.RunTimedOut)
 
 
-def _wall_s(a: _Attempt) -> int | None:
+def _wall_s(a: Attempt) -> int | None:
     # The reference's wall_s = Math.round((Date.now() - t0) / 1000): whole seconds, .5 up.
     wall_s = a.ended.wall_s if a.ended is not None else None
     return js_round(wall_s) if wall_s is not None and math.isfinite(wall_s) else None
 
 
-def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
+def _verified_metrics(a: Attempt, *keys: str) -> dict[str, Any]:
     """``resolved`` (a scored attempt's verdict only) then the named CellVerified fields
     (null when unverified)."""
     v = a.verified
@@ -320,7 +212,7 @@ def _verified_metrics(a: _Attempt, *keys: str) -> dict[str, Any]:
     return out
 
 
-def _run_metrics(a: _Attempt, n: int) -> dict[str, Any]:
+def _run_metrics(a: Attempt, n: int) -> dict[str, Any]:
     v = a.verified
     out: dict[str, Any] = {
         "scored": a.scored,
@@ -340,7 +232,7 @@ def _run_metrics(a: _Attempt, n: int) -> dict[str, Any]:
 
 
 def _judged_outcome(
-    a: _Attempt, metrics: dict[str, Any], is_completed: bool, is_truncated: bool
+    a: Attempt, metrics: dict[str, Any], is_completed: bool, is_truncated: bool
 ) -> Outcome:
     """The outcome of a line the attempt's own verdict labels (agent, supervisor)."""
     reward, source = _reward(a)
@@ -391,12 +283,12 @@ def _agent_line(
     run_id: str,
     cell_id: str,
     n: int,
-    a: _Attempt,
+    a: Attempt,
     spec: CellSpec,
     candidate: CandidateSpec | None,
     captured_at: str,
 ) -> dict[str, Any]:
-    sessions = [s for s in a.sessions.values() if s.purpose in AGENT_SESSION_PURPOSES]
+    sessions = [s for s in a.sessions if s.purpose in AGENT_SESSION_PURPOSES]
     ids = {s.session_id for s in sessions}
     roots = sorted((s for s in sessions if s.parent_id not in ids), key=_time_key)
     children = sorted((s for s in sessions if s.parent_id in ids), key=_time_key)
@@ -522,7 +414,7 @@ def _supervisor_line(
     run_id: str,
     cell_id: str,
     n: int,
-    a: _Attempt,
+    a: Attempt,
     spec: CellSpec,
     candidate: CandidateSpec | None,
     captured_at: str,
@@ -600,7 +492,7 @@ def _worker_line(
     run_id: str,
     cell_id: str,
     n: int,
-    a: _Attempt,
+    a: Attempt,
     spec: CellSpec,
     candidate: CandidateSpec | None,
     captured_at: str,
@@ -656,10 +548,10 @@ def _worker_line(
     return line, full
 
 
-def _worker_entries(a: _Attempt) -> list[tuple[str | None, cap.AgentSessionCaptured | None, str]]:
+def _worker_entries(a: Attempt) -> list[tuple[str | None, cap.AgentSessionCaptured | None, str]]:
     """(cwd, session, gap) of each worker line, in the reference's order (see above)."""
     by_dir: dict[str, list[cap.AgentSessionCaptured]] = {}
-    for s in sorted((s for s in a.sessions.values() if s.purpose == "worker"), key=_time_key):
+    for s in sorted((s for s in a.sessions if s.purpose == "worker"), key=_time_key):
         by_dir.setdefault(s.directory, []).append(s)
     spend = a.spend
     cwds = spend.worker_cwds if spend is not None else None
@@ -706,11 +598,13 @@ class CellProjection(NamedTuple):
     resolution: CellResolution | None
 
 
-def _resolution(spec: CellSpec, attempts: dict[int, _Attempt]) -> CellResolution:
-    a = attempts[max(attempts)] if attempts else _Attempt()
-    verdict = a.verdict
+def _resolution(spec: CellSpec, done: tuple[Attempt, ...]) -> CellResolution:
+    a = done[-1] if done else None  # the current (highest) attempt; None: none opened
+    verdict = a.verdict if a is not None else None
     status: Literal["resolved", "unresolved", "pending"] = "pending"
-    if a.failed is not None or (a.recovered is not None and not a.scored):
+    if a is None:
+        pass
+    elif a.failed is not None or (a.recovered is not None and not a.scored):
         status = "unresolved"
     elif a.recovered is not None and verdict is not None and verdict.resolved is not None:
         status = "resolved" if verdict.resolved else "unresolved"
@@ -721,7 +615,7 @@ def _resolution(spec: CellSpec, attempts: dict[int, _Attempt]) -> CellResolution
         rep=spec.rep,
         status=status,
         judge=verdict.judge if verdict is not None and status != "pending" else None,
-        profile_commit=a.profile_commit,
+        profile_commit=a.profile_commit if a is not None else None,
     )
 
 
@@ -733,19 +627,19 @@ def cell_projection(
 
     Raises ``InvalidRolloutLine`` (naming the cell) if a line breaks the schema: a bug.
     """
-    spec, attempts = _collect(records)
+    spec, done = _collect(records)
     lines: list[dict[str, Any]] = []
     if spec is None:
         return CellProjection(lines, None)
     candidate = cell_candidate(spec)
-    for n in sorted(attempts):
-        a = attempts[n]
+    for a in done:
+        n = a.n
         if a.unavailable is not None:
             stats["opencodeDbAvailable"] = False
-        ended_at_ms = a.ended_at_ms
-        if ended_at_ms is None:
+        captured_at_ms = a.captured_at_ms
+        if captured_at_ms is None:
             continue
-        captured_at = iso_ms(ended_at_ms)
+        captured_at = iso_ms(captured_at_ms)
         ctx = f"cell {cell_id} attempt {n}"
         if kind_of_arm(spec.arm).ledger == "agent":
             line = _agent_line(run_id, cell_id, n, a, spec, candidate, captured_at)
@@ -773,7 +667,7 @@ def cell_projection(
             else:
                 stats["workerSessionsJoined" if full else "workerSessionsEmpty"] += 1
             count_line(lines, stats, line, f"{ctx} worker line")
-    return CellProjection(lines, _resolution(spec, attempts))
+    return CellProjection(lines, _resolution(spec, done))
 
 
 def project_cell(
@@ -785,5 +679,5 @@ def project_cell(
 
 def cell_resolution(records: Sequence[Recorded]) -> CellResolution | None:
     """The cell's current (highest) attempt: resolved, unresolved or still pending."""
-    spec, attempts = _collect(records)
-    return _resolution(spec, attempts) if spec is not None else None
+    spec, done = _collect(records)
+    return _resolution(spec, done) if spec is not None else None

@@ -57,7 +57,7 @@ from events.capture import ProposerShotCaptured
 from events.cell import JudgeVerdictRecorded
 from events.codec import encode_event, event_tag_of_type
 from events.specs import CellId, campaign_of
-from events.streams import CELL, cell_of, cell_stream
+from events.streams import CELL, campaign_cells, cell_of, cell_stream
 
 __all__ = [
     "cell_order",
@@ -288,8 +288,8 @@ async def project_store(
     ``READ_BATCH_CELLS`` at a time (two batches per worker at most), and lines go to the
     file as they are made.
     """
-    scope = f"{campaign}:" if campaign is not None else ""
-    all_cells = [cell_of(s) for s in await store.streams(CELL + scope)]
+    prefix = campaign_cells(campaign) if campaign is not None else CELL
+    all_cells = [cell_of(s) for s in await store.streams(prefix)]
     if campaign is not None and not all_cells:
         raise UserError(f"no such campaign: {campaign}")
     known = set(all_cells)

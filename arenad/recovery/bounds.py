@@ -14,16 +14,24 @@ tokens, and a 45-minute run reads a few million. A figure past a bound is a *lab
 the figure it would have fed is unknown (None), and the value as read is kept as evidence,
 as text (:class:`events.cell.RejectedFigure`), never as a number a fold adds.
 
-The folds check again what they read from the log (:data:`MAX_ATTEMPT_USD`,
-:data:`MAX_ATTEMPT_TOKENS` for one attempt's recorded total), so a value an older arenad
-recorded (``cost = 1e300``, ``-1000``) is unknown there too, and no fold can overflow on it.
+The folds check again what they read from the log (:mod:`arenad.cell.bounds`:
+:data:`MAX_ATTEMPT_USD`, :data:`MAX_ATTEMPT_TOKENS` for one attempt's recorded total), so a
+value an older arenad recorded (``cost = 1e300``, ``-1000``) is unknown there too, and no
+fold can overflow on it. Those and the one test of a figure (:func:`out_of_bounds`) live
+there, below the cell's folds, and are named here too for the captures and their readers.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
+from arenad.cell.bounds import (
+    MAX_ATTEMPT_TOKENS,
+    MAX_ATTEMPT_USD,
+    attempt_tokens,
+    attempt_usd,
+    out_of_bounds,
+)
 from events.cell import RejectedFigure
 
 __all__ = [
@@ -43,24 +51,9 @@ MAX_SESSION_USD: Final = 1_000.0
 """One session's cost, or one streamed step's, in USD."""
 MAX_SESSION_TOKENS: Final = 1_000_000_000
 """Each token count of one session (input, output, reasoning, cache read, cache write)."""
-MAX_ATTEMPT_USD: Final = 100_000.0
-"""One attempt's recorded cost, as a fold reads it from the log."""
-MAX_ATTEMPT_TOKENS: Final = 10**12
-"""One attempt's recorded token count, as a fold reads it from the log."""
 MAX_REJECTED_KEPT: Final = 100
 """Rejected figures kept as evidence per attempt; a last entry counts the rest."""
 _RAW_CHARS = 100
-
-
-def out_of_bounds(value: float | int, ceiling: float) -> str | None:
-    """Why ``value`` cannot be a figure (None: it can)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "not a finite number"
-    if value < 0:
-        return "negative"
-    if value > ceiling:
-        return f"over the ceiling of {ceiling:g}"
-    return None
 
 
 def raw_text(value: object) -> str:
@@ -73,25 +66,3 @@ def rejected(where: str, field: str, value: object, reason: str, source: str) ->
     return RejectedFigure(
         source=source, where=where, field=field, raw=raw_text(value), reason=reason
     )
-
-
-def _number(value: object) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
-
-
-def attempt_usd(value: object) -> float | None:
-    """A recorded attempt cost a fold may add (None: unknown, or out of bounds)."""
-    number = _number(value)
-    if number is None or out_of_bounds(number, MAX_ATTEMPT_USD) is not None:
-        return None
-    return float(number)
-
-
-def attempt_tokens(value: object) -> int | None:
-    """A recorded attempt token count a fold may add (None: unknown, or out of bounds)."""
-    number = _number(value)
-    if not isinstance(number, int) or out_of_bounds(number, MAX_ATTEMPT_TOKENS) is not None:
-        return None
-    return number

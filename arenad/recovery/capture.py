@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from arenad.cell.kinds import kind_of
 from arenad.recovery.bounds import (
     MAX_ATTEMPT_TOKENS,
     MAX_ATTEMPT_USD,
@@ -103,18 +104,20 @@ def recover_tree(
     usage_rejected: Sequence[ev.RejectedFigure] = (),
 ) -> tuple[list[AppendRequest], ev.CellRecovered]:
     """The whole session tree of the cell's private store, and the CellRecovered summing
-    it (a solo or command arm: its store holds only this cell's sessions); ``confine``:
-    the run dir the store must really be inside; ``usage_rejected``: the stream's figures
-    out of bounds (``usage`` is None then), kept with the store's.
+    it (a solo or command arm: its store holds only this cell's sessions); ``purpose``: the
+    arm's kind tag, which the sessions are captured under; ``confine``: the run dir the
+    store must really be inside; ``usage_rejected``: the stream's figures out of bounds
+    (``usage`` is None then), kept with the store's.
 
-    A command arm's store is the agent's own (it may write any ``opencode.db``): its
-    sessions are captured as evidence, but its figures are never spend of record. A capture
-    that fails is a gap on the CellRecovered, never an exception (the verdict it joins is
-    recorded either way)."""
+    Where the kind's store is the agent's own writing (its row's ``store_figures`` is
+    "evidence": a command arm may write any ``opencode.db``), its sessions are captured as
+    evidence, but its figures are never spend of record. A capture that fails is a gap on
+    the CellRecovered, never an exception (the verdict it joins is recorded either way)."""
     stream = capture_stream(cell_id, attempt)
     path = Path(db_path)
     captured: list[AgentSessionCaptured] | StoreUnavailable
-    if purpose == "command" and not path.exists():
+    evidence_only = kind_of(purpose).store_figures == "evidence"
+    if evidence_only and not path.exists():
         # Any agent CLI: most keep no opencode store, so none is no failure to record
         # (issue 29: a capture.store-unavailable for every command cell). Its figures would
         # not be spend of record anyway.
@@ -146,7 +149,7 @@ def recover_tree(
             rejected=list(usage_rejected),
         )
     requests = [AppendRequest(stream, 0, list(captured))] if captured else []
-    if purpose == "command":
+    if evidence_only:
         return requests, ev.CellRecovered(
             attempt=attempt,
             store_path=db_path,

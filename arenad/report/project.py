@@ -1,10 +1,12 @@
 """The report as a pure projection of the log: cells' streams in, a ``Report`` out.
 
 Two folds, so memory is bounded by one cell, never the log: ``cell_facts(records)`` turns
-ONE cell's ``cell/<id>`` stream into a small ``CellFacts``; ``build_report(facts)`` turns
-every selected cell's facts into the figures. Neither reads a file, a store, a clock or a
-random source (the bootstrap's PRNG is seeded by a constant); times come from
-``recorded_at_ms``. Everything is sorted, so the same log gives the same bytes.
+ONE cell's ``cell/<id>`` stream into a small ``CellFacts`` (its runs from the attempts
+fold, :mod:`arenad.cell.attempts`; its outcome from the machine's state);
+``build_report(facts)`` turns every selected cell's facts into the figures. Neither reads
+a file, a store, a clock or a random source (the bootstrap's PRNG is seeded by a
+constant); times come from ``recorded_at_ms``. Everything is sorted, so the same log
+gives the same bytes.
 
 Decisions (where the issue is silent):
 
@@ -85,6 +87,7 @@ from typing import Any
 
 import msgspec
 
+from arenad.cell.attempts import attempts
 from arenad.cell.machine import CellState, fold
 from arenad.cell.outcome import DECIDED, Outcome, outcome_of
 from arenad.cell.spend import run_cost, run_tokens
@@ -267,14 +270,6 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- one cell
 
 
-class _Run:
-    def __init__(self) -> None:
-        self.wall_s: float | None = None
-        self.recovered: ev.CellRecovered | None = None
-        self.settled_at_ms: int | None = None
-        self.supervisor: ev.SupervisorOutcome | None = None
-
-
 def _outcome(state: CellState) -> tuple[Outcome, bool]:
     return outcome_of(state)
 
@@ -282,10 +277,6 @@ def _outcome(state: CellState) -> tuple[Outcome, bool]:
 def cell_outcome(state: CellState) -> Outcome:
     """The outcome the report gives a cell of this state (its current attempt's)."""
     return _outcome(state)[0]
-
-
-def _cost(kind: str, run: _Run) -> float | None:
-    return run_cost(kind, run.recovered, run.supervisor)
 
 
 def _agent_figures(recovered: ev.CellRecovered | None) -> dict[str, Any]:
@@ -323,27 +314,14 @@ def cell_facts(
     state = fold(ordered)
     if state is None:
         return None
-    runs: dict[int, _Run] = {}
-    for rec in ordered:
-        e = rec.event
-        match e:
-            case ev.RunStarted():
-                runs[e.attempt] = _Run()
-            case ev.RunCompleted() | ev.RunTimedOut() | ev.RunAborted():
-                runs[e.attempt].wall_s = e.wall_s
-            case ev.CellRecovered():
-                runs[e.attempt].recovered = e
-                runs[e.attempt].settled_at_ms = rec.recorded_at_ms
-            case ev.CellFailed() if e.attempt in runs:
-                runs[e.attempt].settled_at_ms = rec.recorded_at_ms
-            case ev.SupervisorOutcome():
-                runs[e.attempt].supervisor = e
+    # The attempts that started a run (one that never started cost nothing).
+    runs = [a for a in attempts(ordered) if a.started is not None]
     spec = state.spec
     kind = type(spec.arm).__struct_config__.tag
     assert isinstance(kind, str)
     outcome, scored = _outcome(state)
     verified = state.verified
-    gateway = {n: _gateway_run(run.recovered, (ingest or {}).get(n, ())) for n, run in runs.items()}
+    gateway = {a.n: _gateway_run(a.recovered, (ingest or {}).get(a.n, ())) for a in runs}
     return CellFacts(
         cell_id=state.cell_id,
         campaign=spec.campaign,
@@ -357,17 +335,17 @@ def cell_facts(
         scored=scored,
         runs=tuple(
             RunFacts(
-                attempt=n,
-                wall_s=run.wall_s,
-                cost_usd=_cost(kind, run),
-                tokens_in=run_tokens(run.recovered)[0],
-                tokens_out=run_tokens(run.recovered)[1],
-                settled_at_ms=run.settled_at_ms,
-                gateway_calls=gateway[n][0],
-                gateway_usd=gateway[n][1],
-                mismatch=gateway[n][2],
+                attempt=a.n,
+                wall_s=a.wall_s,
+                cost_usd=run_cost(kind, a.recovered, a.supervisor),
+                tokens_in=run_tokens(a.recovered)[0],
+                tokens_out=run_tokens(a.recovered)[1],
+                settled_at_ms=a.settled_at_ms,
+                gateway_calls=gateway[a.n][0],
+                gateway_usd=gateway[a.n][1],
+                mismatch=gateway[a.n][2],
             )
-            for n, run in sorted(runs.items())
+            for a in runs
         ),
         self_reported=verified is not None and verified.verify_in == "workspace",
         tampered=verified is not None and bool(verified.tampered_paths),

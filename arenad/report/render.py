@@ -449,15 +449,21 @@ def _spend_plot(points: Sequence[SpendPoint], arms: Sequence[ArmReport]) -> str:
     return _svg(right + 300, bottom + 45, "cumulative known spend over time per arm", body)
 
 
-def _html_grid(grid: Grid) -> str:
+def _html_grid(grid: Grid, link: Callable[[str], str | None] | None = None) -> str:
+    """``link``: the address a row's first name links to (None: no link)."""
+
     def cls(i: int) -> str:
         return ' class="l"' if i < grid.names else ""
+
+    def cell(i: int, value: str) -> str:
+        href = link(value) if link is not None and i == 0 else None
+        return _e(value) if href is None else f'<a href="{_e(href)}">{_e(value)}</a>'
 
     out = [f"<h2>{_e(grid.title)}</h2><table><tr>"]
     out += [f"<th{cls(i)}>{_e(h)}</th>" for i, h in enumerate(grid.head)]
     out.append("</tr>")
     for row in grid.rows:
-        cells = "".join(f"<td{cls(i)}>{_e(v)}</td>" for i, v in enumerate(row))
+        cells = "".join(f"<td{cls(i)}>{cell(i, v)}</td>" for i, v in enumerate(row))
         out.append(f"<tr>{cells}</tr>")
     out.append("</table>")
     return "".join(out)
@@ -472,9 +478,10 @@ def html_css() -> str:
     return _CSS
 
 
-def html_body(report: Report) -> str:
+def html_body(report: Report, instance_link: Callable[[str], str | None] | None = None) -> str:
     """The report's figures as HTML (heading, plots, tables, notes): what goes inside the
-    page's body, and what ``arenad view`` shows at /report."""
+    page's body, and what ``arenad view`` shows at /report. ``instance_link``: where an
+    instance of the matrix links to (``arenad view``: its cells); none in a file."""
     arms = report.arms
     names = ", ".join(report.campaigns) or "(none)"
     sections = [
@@ -489,7 +496,8 @@ def html_body(report: Report) -> str:
     grids = [_outcomes(arms), _spend(arms)]
     if report.pairs:
         grids.append(_pairs(report.pairs))
-    grids.append(_matrix(report))
+    matrix = _matrix(report)
+    grids.append(matrix)
     sections += [
         "<h2>Resolve rate with its 95% Wilson interval over instances</h2>",
         _rate_plot(arms),
@@ -497,7 +505,7 @@ def html_body(report: Report) -> str:
         _cost_plot(arms),
         "<h2>Spend over time</h2>",
         _spend_plot(report.spend_over_time, arms),
-        *(_html_grid(g) for g in grids),
+        *(_html_grid(g, instance_link if g is matrix else None) for g in grids),
         f'<p class="note">{_e(report.counting)}</p>',
         '<p class="note">Resolved: scored and passed (a judge verdict, when recorded,'
         " overrides verify). pass@k: the unbiased estimator over instances"

@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 from rich.console import Console
 
+from arenad.cell.attempts import attempts
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.report.project import CellFacts, Report, build_report, cell_facts, pool_conflicts
@@ -22,7 +23,7 @@ from events import cell as ev
 from events.base import Recorded
 from events.specs import campaign_of
 from events.streams import CELL as CELL_PREFIX
-from events.streams import cell_of, ingest_stream
+from events.streams import campaign_cells, cell_of, ingest_stream
 
 __all__ = ["print_terminal", "report", "report_store", "write_html"]
 
@@ -55,8 +56,7 @@ async def report_store(
     streams: list[str] = []
     if chosen:
         for name in chosen:
-            # ':' never occurs in a campaign name, so the prefix selects exactly its cells.
-            found = await store.streams(f"{CELL_PREFIX}{name}:")
+            found = await store.streams(campaign_cells(name))
             if not found:
                 raise UserError(f"no such campaign: {name} (see `arenad status`)")
             streams += found
@@ -99,11 +99,10 @@ async def _gateway_ingest(
     if spec is None or spec.gateway.kind != "gateway":
         return {}
     out: dict[int, Sequence[Recorded]] = {}
-    for r in records:
-        if isinstance(r.event, ev.RunStarted):
-            n = r.event.attempt
-            ingested = await store.read_stream(ingest_stream(spec.cell_id, n))
-            out[n] = [i for i in ingested if as_of is None or i.seq <= as_of]
+    for a in attempts(records):
+        if a.started is not None:
+            ingested = await store.read_stream(ingest_stream(spec.cell_id, a.n))
+            out[a.n] = [i for i in ingested if as_of is None or i.seq <= as_of]
     return out
 
 

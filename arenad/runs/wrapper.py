@@ -68,9 +68,10 @@ on another machine, so four more rules apply (all off unless given):
 ``--container NAME --docker BIN`` (``[sandbox] kind = "docker"``, ``arenad/sandbox/container.py``):
 the agent is ``docker run --name NAME ...``, the container's client. The client proxies the
 group's TERM/INT/HUP to the container; when a limit ends the run the wrapper also ``docker
-kill``s NAME (killing the client does not stop its container). After the client returns the
-wrapper reads ``State.OOMKilled`` (true: the record's ``limit`` is "memory") and removes the
-container (``docker rm -f``).
+kill``s NAME (killing the client does not stop its container), and when its lifeline or its
+own deadline does it removes NAME (``docker rm -f``) before the group's KILL. After the
+client returns the wrapper reads ``State.OOMKilled`` (true: the record's ``limit`` is
+"memory") and removes the container (``docker rm -f``).
 ``--container-forward PORT=TARGET,...`` (``network = "model"``): the container has
 ``--network none`` and its command waits for ``arenad.network.ready`` in the run dir; once
 the container runs, the wrapper listens on each port inside the container's namespace
@@ -640,6 +641,7 @@ def _copy_until_exit(
     deadline: float | None = None,
     grace_s: float = 0.0,
     limits: _Limits | None = None,
+    container: "_Container | None" = None,
 ) -> tuple[int, bool, list[_CappedFile]]:
     """Copy the agent's output into its files until it has exited and its pipes are
     drained; return its wait status, whether this wrapper's own deadline ended it, and the
@@ -692,11 +694,17 @@ def _copy_until_exit(
             if limits is not None and limits.check(now) is not None:
                 limits.kill(pid)
             if lifeline is not None and lifeline.gone(lifeline.fd in ready, now):
+                if container is not None:
+                    # Nobody is left to remove it (its actor is gone), and the group's KILL
+                    # would end only its client.
+                    container.remove()
                 _end_group(exit_file, {"started": True, "pid": pid, "ended_by": lifeline.why})
             if deadline is not None and term_at is None and now >= deadline:
                 term_at = now
                 os.killpg(0, _signal.SIGTERM)  # this wrapper only sets a flag
             elif term_at is not None and now >= term_at + grace_s:
+                if container is not None:
+                    container.remove()
                 _end_group(
                     exit_file,
                     {
@@ -845,6 +853,7 @@ def main(argv: list[str]) -> int:
         deadline=deadline,
         grace_s=float(opts.get("grace", "0")),
         limits=limits if limits.active else None,
+        container=limits.container,
     )
     if limits.active and limits.hit is None:
         # A limit met as the run ended (v2's oom.group killed it before our next look).

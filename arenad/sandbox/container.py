@@ -21,9 +21,10 @@ Why each flag:
 - ``--init``: the command is not PID 1 (a PID 1 without handlers ignores TERM, so an abort
   would always wait out its grace); docker's init forwards signals and reaps.
 - No ``--rm``: the wrapper reads ``State.OOMKilled`` after the client returns (an OOM is
-  recorded as ``memory``), then removes the container; the daemon removes it again by name
-  after the run ends (a group KILL kills the client, not the container), and the reaper at
-  daemon start removes any container whose attempt the log no longer holds as running.
+  recorded as ``memory``), then removes the container; the daemon (on a Ray node, the
+  node's actor) removes it again by name after the run ends (a group KILL kills the client,
+  not the container), and the reaper at daemon start removes any container whose attempt
+  the log no longer holds as running (on Ray, from every node's engine).
 - The client proxies TERM/INT/HUP to the container (``--sig-proxy``, the default without a
   tty), so the run's group signals reach the agent; a killed agent exits 128+N, as in bwrap.
 - ``-e NAME`` without a value: the client copies the value from its own environment (the

@@ -22,6 +22,7 @@ import msgspec
 from arenad.cell.machine import CellState, fold
 from arenad.cell.spend import run_cost
 from arenad.gateway.reconcile import gateway_calls, gateway_figures, mismatch
+from arenad.readmodels.results import row_of
 from arenad.recovery.opencode_transcript import (
     MAX_NESTING,
     ChatMessage,
@@ -42,6 +43,8 @@ __all__ = [
     "AttemptView",
     "CellView",
     "ExcerptView",
+    "GradedTest",
+    "GradedTests",
     "IngestedLine",
     "MessageView",
     "SessionView",
@@ -57,6 +60,12 @@ EXCERPT_SHOWN = 100_000
 LINES_SHOWN = 500
 # Model calls listed per attempt (the sums count them all).
 CALLS_SHOWN = 500
+# Graded tests listed per attempt (the counts count them all); the verify log's last lines
+# shown first (the whole excerpt the log keeps is a click away); an ingested line's fields.
+TESTS_SHOWN = 500
+TAIL_LINES = 40
+FIELDS_SHOWN = 40
+FIELD_SHOWN = 300
 LINE_SHOWN = 2_000
 SUMMARY_SHOWN = 160
 
@@ -125,6 +134,28 @@ class IngestedLine(msgspec.Struct, frozen=True, kw_only=True):
     shortened: int
     # A line that was not the JSON it should be: why.
     malformed: str | None
+    # A JSON object's fields (dotted paths to compact values), for a table; None: the
+    # line is not a JSON object (its text is shown).
+    fields: list[tuple[str, str]] | None = None
+    fields_omitted: int = 0
+
+
+class GradedTest(msgspec.Struct, frozen=True, kw_only=True):
+    """One graded test: its group (FAIL_TO_PASS, PASS_TO_PASS), its id, and whether it
+    came out as the grade needed."""
+
+    group: str
+    test: str
+    passed: bool
+
+
+class GradedTests(msgspec.Struct, frozen=True, kw_only=True):
+    """The grade's tests (from the judge's verdict document), the first ``TESTS_SHOWN``."""
+
+    rows: list[GradedTest]
+    # group -> (passed, failed), over every test.
+    counts: dict[str, tuple[int, int]]
+    omitted: int
 
 
 class CallView(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +206,11 @@ class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
     lines_total: int
     # None: no call of the attempt went through the model gateway.
     gateway: GatewayView | None = None
+    # The newest verdict's graded tests; None: the grade has no such table.
+    tests: GradedTests | None = None
+    # The verify log's last lines (what decided the grade), and whether that is all of it.
+    verify_tail: str | None = None
+    verify_tail_whole: bool = True
 
 
 class CellView(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,6 +228,10 @@ class CellView(msgspec.Struct, frozen=True, kw_only=True):
     timeline: list[TimelineRow]
     # Newest first: the current attempt is what one looks for.
     attempts: list[AttemptView]
+    # The cell's result (arenad.readmodels.results: the campaign page's word for it) and
+    # why, when it says why.
+    result: str = "pending"
+    why: str | None = None
 
 
 # --------------------------------------------------------------------------- text
@@ -384,10 +424,39 @@ def _call(call: dict[str, Any]) -> CallView:
     )
 
 
+def _flatten(value: object, path: str, out: list[tuple[str, str]]) -> None:
+    """A JSON value's leaves as (dotted path, compact JSON) pairs, objects opened, lists
+    and everything past ``FIELDS_SHOWN`` pairs left whole (counted by the caller)."""
+    if isinstance(value, dict) and value:
+        for key, inner in value.items():
+            _flatten(inner, f"{path}.{key}" if path else str(key), out)
+        return
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    out.append((path or "(value)", _shorten(text, FIELD_SHOWN)[0]))
+
+
+def _fields(text: str) -> tuple[list[tuple[str, str]] | None, int]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None, 0
+    if not isinstance(doc, dict):
+        return None, 0
+    pairs: list[tuple[str, str]] = []
+    try:
+        _flatten(doc, "", pairs)
+    except RecursionError:
+        return None, 0
+    return pairs[:FIELDS_SHOWN], max(0, len(pairs) - FIELDS_SHOWN)
+
+
 def _line(r: Recorded, e: ing.LineIngested | ing.LineMalformed) -> IngestedLine:
     text, binary = _decoded(e.raw, e.encoding)
+    fields, omitted = (None, 0) if isinstance(e, ing.LineMalformed) else _fields(text)
     text, shortened = _shorten(text, LINE_SHOWN)
     return IngestedLine(
+        fields=fields,
+        fields_omitted=omitted,
         seq=r.seq,
         source=e.source,
         path=e.path,
@@ -399,6 +468,49 @@ def _line(r: Recorded, e: ing.LineIngested | ing.LineMalformed) -> IngestedLine:
         shortened=shortened,
         malformed=e.error if isinstance(e, ing.LineMalformed) else None,
     )
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _tests(verdict: ev.JudgeVerdictRecorded) -> GradedTests | None:
+    """The FAIL_TO_PASS / PASS_TO_PASS table of a verdict document that has one (the
+    swebench grade's ``report.tests_status``); None for any other document."""
+    try:
+        doc = json.loads(verdict.verdict_json)
+    except (ValueError, RecursionError):
+        return None
+    report = doc.get("report") if isinstance(doc, dict) else None
+    status = report.get("tests_status") if isinstance(report, dict) else None
+    if not isinstance(status, dict):
+        return None
+    rows: list[GradedTest] = []
+    counts: dict[str, tuple[int, int]] = {}
+    for group in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        found = status.get(group)
+        if not isinstance(found, dict):
+            continue
+        passed = [str(t) for t in found.get("success") or [] if isinstance(t, str)]
+        failed = [str(t) for t in found.get("failure") or [] if isinstance(t, str)]
+        counts[group] = (len(passed), len(failed))
+        # Failures first: what one looks for.
+        rows += [GradedTest(group=group, test=t, passed=False) for t in failed]
+        rows += [GradedTest(group=group, test=t, passed=True) for t in passed]
+    if not counts:
+        return None
+    return GradedTests(
+        rows=rows[:TESTS_SHOWN], counts=counts, omitted=max(0, len(rows) - TESTS_SHOWN)
+    )
+
+
+def _tail(log: ev.TextExcerpt | None) -> dict[str, Any]:
+    if log is None:
+        return {}
+    lines = excerpt_text(log).splitlines()
+    return {
+        "verify_tail": "\n".join(lines[-TAIL_LINES:]),
+        "verify_tail_whole": len(lines) <= TAIL_LINES,
+    }
 
 
 # --------------------------------------------------------------------------- the fold
@@ -496,6 +608,8 @@ class _Attempt:
             lines=self.lines,
             lines_total=self.lines_total,
             gateway=self._gateway(),
+            tests=_tests(self.verdicts[-1]) if self.verdicts else None,
+            **_tail(self.verify_log),
         )
 
     def _gateway(self) -> GatewayView | None:
@@ -580,4 +694,6 @@ def _view(
         verify_cmd=spec.instance.verify_cmd,
         timeline=list(timeline),
         attempts=[attempts[n].view(kind) for n in sorted(attempts, reverse=True)],
+        result=(row := row_of(state)).result,
+        why=row.why,
     )

@@ -2,11 +2,15 @@
 
     /                   campaigns: per-state counts and spend, live (server-sent events)
     /events             the overview's updates, as server-sent events following the log
-    /campaigns/{name}   a campaign's cells
+    /campaigns/{name}   a campaign's results: one row per cell, its result first; filters,
+                        order and page in the query string (``?as_of=``: as the log stood
+                        then), live
+    /campaigns/{name}/results   the same page's results region alone (its live updates)
     /cells/{cell_id}    one cell: attempts (run, verdict, spend, patch, verify log,
                         transcript, ingested lines) and its timeline
     /report             the report's figures and plots (``?campaign=NAME``, repeatable;
-                        ``?as_of=EVENT``: as the log stood after that event)
+                        ``?as_of=EVENT`` or ``?as_of=TIME``: as the log stood after that
+                        event, or after the last event recorded at or before that time)
     /report.html        the same report as one self-contained page (``report --html``)
     /static/...         the stylesheet, the overview's small script, the icon
     /favicon.ico        the icon (browsers ask for it whatever a page links)
@@ -27,6 +31,7 @@ import hashlib
 import hmac
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
 from importlib import resources
 from urllib.parse import parse_qsl, urlencode
@@ -43,10 +48,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from arenad.clock import wait_for_event
 from arenad.errors import UserError
 from arenad.home import Home, open_store
+from arenad.readmodels.moments import event_at
 from arenad.readmodels.progress import PROGRESS_TAGS, ProgressFold
+from arenad.readmodels.result_pages import campaign_results
+from arenad.readmodels.results import ResultPage, ResultQuery
 from arenad.report.render import HTML_PAGE_CSP, html_css, html_page
 from arenad.report.service import report_store
 from arenad.store.base import EventStore
+from arenad.view.campaign import parse_query
 from arenad.view.cell import cell_view
 from arenad.view.pages import (
     campaign_page,
@@ -55,6 +64,7 @@ from arenad.view.pages import (
     overview_page,
     progress_event,
     report_page,
+    results_fragment,
 )
 from events.streams import attempt_prefixes, cell_stream
 
@@ -64,7 +74,7 @@ log = logging.getLogger("arenad.view")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
-    " connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
@@ -233,15 +243,36 @@ class Guard:
 # --------------------------------------------------------------------------- routes
 
 
-def _as_of(request: Request) -> int | None:
+def _time_ms(raw: str) -> int:
+    """An ISO-8601 UTC time (``2026-12-06T04:15:00Z``; no offset: UTC) in epoch ms."""
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise HTTPException(
+            400, f"as_of must be an event number or an ISO-8601 UTC time, not {raw[:40]!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    elif when.utcoffset() != timedelta(0):
+        raise HTTPException(400, f"as_of: a UTC time (Z or +00:00), not {raw[:40]!r}")
+    return int(when.timestamp() * 1000)
+
+
+async def _as_of(request: Request, store: EventStore) -> int | None:
     """``?as_of=EVENT``: the log as it stood after that event (a stable URL for what a
-    page said then); absent: now."""
+    page said then); ``?as_of=TIME``: after the last event recorded at or before that
+    time (the log's recorded times, not the clock); absent: now."""
     raw = request.query_params.get("as_of")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise HTTPException(400, f"as_of must be an event number, not {raw[:40]!r}")
-    return int(raw)
+    if raw.isdigit():
+        if len(raw) > 18:
+            raise HTTPException(400, f"as_of must be an event number, not {raw[:40]!r}")
+        return int(raw)
+    found = await event_at(store, _time_ms(raw))
+    if found is None:
+        raise HTTPException(404, f"No event of this log was recorded at or before {raw[:40]}.")
+    return found
 
 
 class _Live:
@@ -320,14 +351,30 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
         )
 
-    async def campaign(request: Request) -> Response:
+    async def results(request: Request) -> tuple[ResultQuery, ResultPage, int | None, int]:
         name = request.path_params["name"]
-        await follower.ready.wait()
-        cells = follower.fold.cells(name)
-        line = next((c for c in follower.fold.snapshot().campaigns if c.name == name), None)
-        if not cells or line is None:
-            raise HTTPException(404, f"No campaign {name!r} in this log.")
-        return HTMLResponse(campaign_page(line, cells))
+        try:
+            q = parse_query(name, request.query_params)
+        except UserError as exc:
+            raise HTTPException(400, str(exc)) from None
+        as_of = await _as_of(request, live.store)
+        head = await live.store.last_seq()
+        if as_of is not None and not 1 <= as_of <= head:
+            raise HTTPException(400, f"as_of: the log's events are numbered 1 to {head}")
+        page = await campaign_results(live.store, q, as_of)
+        if page is None:
+            then = "" if as_of is None else f" at event {as_of}"
+            raise HTTPException(404, f"No campaign {name!r} in this log{then}.")
+        return q, page, as_of, head
+
+    async def campaign(request: Request) -> Response:
+        q, page, as_of, head = await results(request)
+        # Nothing of the follower's fold: its snapshot is a pass over every cell.
+        return HTMLResponse(campaign_page(q, page, as_of=as_of, head=head))
+
+    async def campaign_results_region(request: Request) -> Response:
+        q, page, as_of, _ = await results(request)
+        return HTMLResponse(results_fragment(q, page, as_of))
 
     async def cell(request: Request) -> Response:
         cell_id = request.path_params["cell_id"]
@@ -344,7 +391,7 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
 
     async def report(request: Request) -> Response:
         campaigns = request.query_params.getlist("campaign")
-        as_of = _as_of(request)
+        as_of = await _as_of(request, live.store)
         try:
             result = await report_store(live.store, campaigns, as_of=as_of)
         except UserError as exc:
@@ -354,7 +401,9 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
     async def report_file(request: Request) -> Response:
         try:
             result = await report_store(
-                live.store, request.query_params.getlist("campaign"), as_of=_as_of(request)
+                live.store,
+                request.query_params.getlist("campaign"),
+                as_of=await _as_of(request, live.store),
             )
         except UserError as exc:
             raise HTTPException(404, str(exc)) from None
@@ -383,6 +432,7 @@ def build_app(home: Home, *, token: str, loopback: bool = True) -> ViewApp:
             Route("/", overview),
             Route("/events", events),
             Route("/campaigns/{name}", campaign),
+            Route("/campaigns/{name}/results", campaign_results_region),
             Route("/cells/{cell_id}", cell),
             Route("/report", report),
             Route("/report.html", report_file),

@@ -636,9 +636,11 @@ def test_a_docker_sandbox_names_its_image_and_workdir(tmp_path: Path) -> None:
     bad = GOOD + '[sandbox]\nkind = "docker"\nworkdir = "src"\n'
     with pytest.raises(CampaignError, match=r"\[sandbox\] workdir 'src' must be an absolute"):
         load_campaign(write(tmp_path, bad))
+    # On Ray too: each node runs its cells' containers on its own engine (issue 30).
     on_ray = GOOD + '[executor]\nkind = "ray"\n[sandbox]\nkind = "docker"\n'
-    with pytest.raises(CampaignError, match='does not run on \\[executor\\] kind = "ray" yet'):
-        load_campaign(write(tmp_path, on_ray))
+    cell = load_campaign(write(tmp_path, on_ray)).cells[0]
+    assert cell.sandbox.kind == "docker" and cell.executor is not None
+    assert cell.executor.kind == "ray"
 
 
 @pytest.mark.parametrize(

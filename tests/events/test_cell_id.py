@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from events.specs import CellId, arm_of, campaign_of, cell_id
+from events.streams import campaign_cells, cell_stream
 
 _PART = st.text(alphabet=st.characters(blacklist_characters=":"), min_size=1, max_size=8)
 
@@ -18,6 +19,15 @@ def test_parse_inverts_cell_id(campaign: str, instance: str, arm: str, rep: int)
     text = cell_id(campaign, instance, arm, rep)
     assert CellId.parse(text) == CellId(campaign, instance, arm, rep)
     assert (campaign_of(text), arm_of(text)) == (campaign, arm)
+
+
+@given(_PART, _PART, _PART, _PART, st.integers(min_value=0, max_value=10**6))
+def test_a_campaigns_prefix_selects_exactly_its_cells(
+    campaign: str, other: str, instance: str, arm: str, rep: int
+) -> None:
+    stream = cell_stream(cell_id(campaign, instance, arm, rep))
+    assert stream.startswith(campaign_cells(campaign))
+    assert stream.startswith(campaign_cells(other)) == (other == campaign)
 
 
 def test_other_shapes_are_not_cell_ids_but_still_name_a_campaign() -> None:

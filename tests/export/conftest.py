@@ -8,6 +8,9 @@ import pytest
 from tests.conftest import DemoRun, built_once
 from tests.export.mixed_log import add_mixed
 
+# The view's browser (Debian's chromium through Playwright), for `inspect view`'s test.
+from tests.view.conftest import browser  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def mixed_home(tmp_path_factory: pytest.TempPathFactory, demo_run: DemoRun) -> Path:

@@ -158,7 +158,8 @@ def test_agent_markup_stays_inert(page: Any, home: Path, tmp_path: Path) -> None
         assert inert["scripts"] == inert["javascriptLinks"] == inert["frames"] == 0
         assert inert["handlers"] == 0 and inert["visible"] != "none"
         assert all(href.startswith(("/", "#")) for href in inert["links"]), inert["links"]
-        # ...and all of it is on the page, as text.
+        # ...and all of it is on the page, as text (the collapsed sections opened).
+        page.eval_on_selector_all("details", "els => els.forEach((d) => { d.open = true; })")
         text = page.locator("main").inner_text()
         for hostile in (USER_XSS, LINK_XSS, TOOL_XSS, "<script>window.__xss='patch'</script>"):
             assert hostile in text, hostile

@@ -20,6 +20,7 @@ from events import ingest as ing
 from events.base import Event, Recorded
 from events.codec import event_tag
 from events.streams import attempt_prefixes, cell_stream
+from tests.events.samples import make_spec
 from tests.report.arena_log import T0
 from tests.view.view_log import (
     CALM_CELL,
@@ -215,3 +216,99 @@ def test_the_calls_through_the_gateway_are_listed_with_where_the_sources_disagre
     plain = cell_view(records)
     assert plain is not None and plain.attempts[0].gateway is None
     assert "Model calls" not in cell_page(plain)
+
+
+def test_the_page_leads_with_the_verdict(home: Path) -> None:
+    view = cell_view(asyncio.run(_records(home, XSS_CELL)))
+    assert view is not None and (view.result, view.why) == ("resolved", None)
+    page = cell_page(view)
+    # The badge comes first; the run's argv, its sandbox and the lines are collapsed.
+    assert page.index("✓ resolved") < page.index("<h3>Verdict</h3>") < page.index("<h3>Patch")
+    assert page.index("<h3>Transcript") < page.index("<h3>Spend") < page.index('"run"')
+    assert '<details class="run"><summary>Run: argv' in page
+    assert '<details class="lines"><summary>Ingested lines (2)</summary>' in page
+    # An ingested JSON line is a table of its fields, not raw JSON.
+    (a,) = view.attempts
+    assert a.lines[0].fields == [
+        ("type", "text"),
+        ("part.text", "<svg onload=window.__xss='line'>"),
+    ]
+    assert a.lines[1].fields is None  # not JSON: its text
+    assert '<th class="l">part.text</th>' in page
+    calm = cell_view(asyncio.run(_records(home, CALM_CELL)))
+    assert calm is not None and calm.result == "running"
+    assert '<span class="badge">running</span>' in cell_page(calm)
+
+
+def _verdict(doc: object) -> ev.JudgeVerdictRecorded:
+    return ev.JudgeVerdictRecorded(
+        attempt=1, judge="swebench", verdict_json=json.dumps(doc), resolved=False, score=0.0
+    )
+
+
+def test_a_graded_tests_table_and_the_verify_logs_tail(home: Path) -> None:
+    records = asyncio.run(_records(home, XSS_CELL))
+    hostile = "tests/t.py::test_<script>window.__xss=1</script>"
+    doc = {
+        "judge": "swebench",
+        "report": {
+            "tests_status": {
+                "FAIL_TO_PASS": {"success": ["tests/t.py::test_a"], "failure": [hostile]},
+                "PASS_TO_PASS": {"success": ["tests/t.py::test_b", "tests/t.py::test_c"]},
+            }
+        },
+    }
+    log = "\n".join(f"line {i}" for i in range(100)) + "\n"
+    raw = log.encode()
+    excerpt = ev.TextExcerpt(text=log, kept_bytes=len(raw), size=len(raw), sha256="0")
+    cell = cell_stream(XSS_CELL)
+    extra = [
+        _rec(900, cell, _verdict(doc)),
+        _rec(901, cell, ev.VerifyLogCaptured(attempt=1, log=excerpt)),
+    ]
+    view = cell_view(records + extra)
+    assert view is not None and view.result == "unresolved"
+    (a,) = view.attempts
+    assert a.tests is not None
+    assert [(t.group, t.test, t.passed) for t in a.tests.rows] == [
+        ("FAIL_TO_PASS", hostile, False),
+        ("FAIL_TO_PASS", "tests/t.py::test_a", True),
+        ("PASS_TO_PASS", "tests/t.py::test_b", True),
+        ("PASS_TO_PASS", "tests/t.py::test_c", True),
+    ]
+    assert a.tests.counts == {"FAIL_TO_PASS": (1, 1), "PASS_TO_PASS": (2, 0)}
+    assert a.verify_tail == "\n".join(f"line {i}" for i in range(60, 100))
+    assert not a.verify_tail_whole
+    page = cell_page(view)
+    assert "<script>window.__xss=1" not in page and "test_&lt;script&gt;" in page
+    assert "FAIL_TO_PASS: 1 passed, 1 failed · PASS_TO_PASS: 2 passed, 0 failed" in page
+    assert "the whole verify log kept" in page
+    # A verdict document without tests has no such table.
+    plain = cell_view([*records, _rec(900, cell, _verdict({"resolved": False}))])
+    assert plain is not None and plain.attempts[0].tests is None
+
+
+def test_an_attempt_that_never_ran_says_so_in_one_line() -> None:
+    spec = make_spec(campaign="web", instance_id="never")
+    cell = cell_stream(spec.cell_id)
+    failed = ev.CellFailed(
+        attempt=1,
+        stage="materialize",
+        error="git clone failed: <b>no such repo</b>\n(details)",
+        classification="infrastructure",
+    )
+    records = [
+        _rec(1, cell, ev.CellSubmitted(spec=spec)),
+        _rec(2, cell, failed),
+        _rec(3, cell, ev.CellRetried(attempt=2, reason="policy", requested_by="policy")),
+    ]
+    view = cell_view(records)
+    assert view is not None and [a.number for a in view.attempts] == [2, 1]
+    page = cell_page(view)
+    assert (
+        "Never ran: infrastructure failure at materialize: git clone failed:"
+        " &lt;b&gt;no such repo&lt;/b&gt;</p>" in page
+    )
+    assert "Not run yet." in page
+    # Neither attempt has the sections of a run.
+    assert "<h3>Patch" not in page and "Ingested lines" not in page

@@ -188,3 +188,41 @@ async def test_a_failed_read_is_on_the_page_and_tried_again(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_as_of_takes_an_event_or_a_time_from_the_logs_recorded_times(client: TestClient) -> None:
+    # The first transaction (one event) was recorded at T0 + 1 s (2023-11-14 22:13:21 UTC).
+    for when in ("2023-11-14T22:13:21Z", "2023-11-14T22:13:21.999+00:00", "2023-11-14T22:13:21"):
+        r = client.get(f"/campaigns/web?as_of={quote(when)}")
+        assert r.status_code == 200, when
+        assert "As the log stood after event 1</b>" in r.text
+    assert "as the log stood at event 1." in client.get("/report?as_of=2023-11-14T22:13:21Z").text
+    # An event number names itself; after the last event is the last event.
+    assert "after event 2</b>" in client.get("/campaigns/web?as_of=2").text
+    late = client.get("/campaigns/web?as_of=2099-01-01T00:00:00Z")
+    assert late.status_code == 200 and "As the log stood after event" in late.text
+    for bad, status in (
+        ("yesterday", 400),
+        ("2023-11-14T23:13:21+01:00", 400),
+        ("0", 400),
+        ("99999", 400),
+        ("2000-01-01T00:00:00Z", 404),
+    ):
+        r = client.get(f"/campaigns/web?as_of={quote(bad)}")
+        assert r.status_code == status, bad
+    # A campaign with no cell yet at that event is not there.
+    assert client.get("/campaigns/nope").status_code == 404
+
+
+def test_the_campaign_pages_results_region_alone(client: TestClient) -> None:
+    r = client.get("/campaigns/web/results?result=resolved")
+    assert r.status_code == 200 and r.text.startswith('<p class="counts">')
+    assert XSS_CELL in r.text and "<html" not in r.text
+    assert client.get("/campaigns/web/results?sort=nope").status_code == 400
+
+
+def test_the_reports_instances_link_to_their_cells(client: TestClient, home: Path) -> None:
+    page = client.get("/report?campaign=web&as_of=3").text
+    assert '<a href="/campaigns/web?instance=xss&amp;as_of=3">xss</a>' in page
+    # The file `report --html` writes has no links (it stands alone).
+    assert b"<a href" not in asyncio.run(_report_file_as_of(home, 3))

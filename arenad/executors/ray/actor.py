@@ -9,9 +9,11 @@ does, on its node:
   agent's store — the same functions, with the actor's own
   :class:`~arenad.runs.executor.Tools`;
 - **the run** (:meth:`CellActor.start` ...): the same launcher and wrapper as a local run
-  (:func:`~arenad.runs.detached.spawn_detached`), held until the head has committed
+  (:func:`arenad.executors.spawn.spawn`), held until the head has committed
   ``RunStarted`` and calls :meth:`CellActor.release`; the same deadline, abort and exit
-  record (:class:`~arenad.runs.detached.DetachedRun`);
+  record (:class:`~arenad.runs.detached.DetachedRun`), disk bound and container
+  (``[sandbox] kind = "docker"``: the node's own engine, its container removed here when
+  the run ends, and by the wrapper when this actor dies first);
 - **observation** (:meth:`CellActor.observe` / :meth:`CellActor.pull`): the same tailers
   as a local run, handing the head one batch at a time (:mod:`arenad.executors.ray.batches`),
   at most ``WINDOW`` ahead of what the head has appended (bounded; a restarted head
@@ -42,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -54,14 +57,17 @@ from typing import Any
 import msgspec
 
 from arenad.clock import system_clock
+from arenad.containers.docker import remove_container
+from arenad.executors import spawn
 from arenad.executors.ray.batches import Batch, make_batch
 from arenad.ingest.offsets import FileKey, IngestPosition, Positions
 from arenad.ingest.watcher import RunDirWatcher, WatchSource
-from arenad.runs.detached import DetachedRun, Lifeline, RunEnd, spawn_detached
+from arenad.runs.detached import DetachedRun, Lifeline, RunEnd
 from arenad.runs.executor import NodeFile, RunRecord, RunRequest, Tools
-from arenad.runs.files import capped_marker
 from arenad.runs.launcher_client import WrapperLauncher
 from events.base import Event
+
+log = logging.getLogger(__name__)
 
 # The exit code of an actor whose raylet went away (its node was declared dead).
 ORPHANED_EXIT = 70
@@ -246,6 +252,7 @@ class CellActor:
         self._run: DetachedRun | None = None
         self._released = False
         self._end: asyncio.Task[RunEnd] | None = None
+        self._container: str | None = None
         self._observation: _NodeObservation | None = None
         self._lifeline_w: int | None = None
         self._lifeline_lock = threading.Lock()
@@ -331,20 +338,18 @@ class CellActor:
         if self._launcher is None:
             self._launcher = WrapperLauncher()
         read_end = self._new_lifeline()
-        env = {k: v for k, v in request.env.items() if not k.startswith(_RAY_PREFIX)}
+        # What runs here must not hold the worker's Ray settings. The rest is as a local
+        # run's: a container (its client, ``docker run``, was made by this node's prepare
+        # step, so it names this node's client and engine) and the disk bound (the wrapper
+        # walks the run dir here).
+        request = msgspec.structs.replace(
+            request,
+            env={k: v for k, v in request.env.items() if not k.startswith(_RAY_PREFIX)},
+        )
         try:
-            run = await spawn_detached(
-                request.argv,
-                cwd=request.cwd,
-                env=env,
-                files=request.files,
+            run = await spawn.spawn(
+                request,
                 store_path=None,
-                stream=request.stream,
-                attempt=request.attempt,
-                timeout_s=request.timeout_s,
-                kill_grace_s=request.kill_grace_s,
-                network=request.network,
-                forwards=request.forwards,
                 clock=system_clock,
                 launcher=self._launcher,
                 lifeline=Lifeline(read_fd=read_end, silence_s=self.config.silence_s),
@@ -352,15 +357,15 @@ class CellActor:
         finally:
             os.close(read_end)
         self._run, self._released, self._end = run, False, None
-        return RunRecord(
-            pid=run.pid,
-            pgid=run.pgid,
-            start_ticks=run.start_ticks,
-            started_at_ms=run.started_at_ms,
-            deadline_ms=run.deadline_ms,
-            executor="ray",
-            node=self.node,
-        )
+        self._container = request.container
+        unlimited = None
+        if request.container is not None and request.limits is not None:
+            # No cgroup of the run's on a node; the container's own limits hold all the same.
+            unlimited = (
+                "no cgroup on a Ray node; the container's own limits apply"
+                " (docker --memory, --pids-limit, --cpus)"
+            )
+        return spawn.record(run, executor="ray", node=self.node, unlimited_reason=unlimited)
 
     async def attach(self, pid: int) -> Reply:
         """What this actor holds of run ``pid``: "held" (never released), "running" /
@@ -380,8 +385,20 @@ class CellActor:
         if self._run is not None and not self._released:
             self._released = True
             self._run.release()
-            self._end = asyncio.create_task(self._run.wait(system_clock))
+            self._end = asyncio.create_task(self._ended(self._run, self._container))
         return ("ok", None)
+
+    @staticmethod
+    async def _ended(run: DetachedRun, container: str | None) -> RunEnd:
+        """How the run ended, once its container (if any) is gone from this node's engine:
+        a group KILL (the grace ran out) kills the client, not its container; the wrapper
+        normally removed it already (then this is a no-op)."""
+        end = await run.wait(system_clock)
+        if container is not None:
+            problem = await remove_container(container)
+            if problem is not None:
+                log.warning("container %s not removed: %s", container, problem)
+        return end
 
     async def cancel_unreleased(self) -> Reply:
         self._heard()
@@ -423,9 +440,7 @@ class CellActor:
         run = self._run
         if run is None:
             return ("ok", ())
-        files = (run.files.stdout, run.files.stderr)
-        marks = (*(_size(f) for f in files), *(_mtime_ns(capped_marker(f)) for f in files))
-        return ("ok", marks)
+        return ("ok", spawn.activity(run.files))
 
     # -- observation -----------------------------------------------------------------
 
@@ -488,17 +503,3 @@ class CellActor:
     async def python(self) -> Reply:
         """The interpreter this node runs (for a clear error when it lacks arenad)."""
         return ("ok", sys.executable)
-
-
-def _mtime_ns(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1

@@ -29,13 +29,16 @@ Ingestion is by offsets (:mod:`arenad.executors.ray.batches`): the head pulls on
 time and appends it only if it starts where the log's record of each file ends.
 
 The reaper (:meth:`RayExecutor.reconcile`, called by the daemon at start and now and then)
-kills every actor of the namespace whose attempt the log does not hold as going.
+kills every actor of the namespace whose attempt the log does not hold as going, and removes
+the home's containers (``[sandbox] kind = "docker"``) that no attempt holds from every node's
+own engine (:mod:`arenad.executors.ray.containers`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -49,6 +52,7 @@ import ray
 import ray.exceptions
 
 from arenad.clock import Clock, system_clock
+from arenad.executors.ray import containers
 from arenad.executors.ray.actor import ActorConfig, CellActor, PullReply, RemoteError
 from arenad.executors.ray.batches import Batch, BatchGate, batch_events
 from arenad.ingest.offsets import Positions
@@ -622,6 +626,8 @@ class RayExecutor(Executor):
     process is already connected (a test, the demo) that connection is used and left
     open. ``heartbeat_s``: how long an actor may go unheard before its run is lost.
     ``resources``: what a cell holds on its node when its campaign does not say.
+    ``home``: the arenad home whose leftover containers the reaper removes from the nodes'
+    engines (None: none are looked for).
     """
 
     kind = "ray"
@@ -634,6 +640,7 @@ class RayExecutor(Executor):
         namespace: str = NAMESPACE,
         resources: dict[str, float] | None = None,
         clock: Clock = system_clock,
+        home: Path | None = None,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be positive")
@@ -642,6 +649,9 @@ class RayExecutor(Executor):
         self.namespace = namespace
         self.resources = dict(DEFAULT_RESOURCES if resources is None else resources)
         self.clock = clock
+        self.home = home
+        # The reaper's line between an earlier daemon's judge containers and this one's.
+        self.started_at = dt.datetime.now(dt.UTC)
         self.ping_s = heartbeat_s / 10
         # The node-side agent is dead well before the head calls the run lost: the lease
         # runs out after half the limit without a call, the wrapper a quarter later.
@@ -684,7 +694,14 @@ class RayExecutor(Executor):
 
     async def reconcile(self, live: AttemptLive) -> None:
         """Kill the actors of this namespace whose attempt the log does not hold as going
-        (pending ones too), but those this process is working with."""
+        (pending ones too), but those this process is working with; then remove the
+        home's orphaned containers from every node's engine
+        (:mod:`arenad.executors.ray.containers`)."""
+        await self._reap_actors(live)
+        if self.home is not None:
+            await containers.reap_nodes(str(self.home), live, started_at=self.started_at)
+
+    async def _reap_actors(self, live: AttemptLive) -> None:
         try:
             named = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
         except Exception as exc:

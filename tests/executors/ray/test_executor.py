@@ -183,3 +183,21 @@ async def test_a_restarted_head_finds_a_gone_actor_lost_with_its_lines_kept(
     while groups.group_alive(run.record.pgid):
         assert time.monotonic() < deadline, "the agent outlived its actor"
         await asyncio.sleep(0.05)
+
+
+async def test_a_run_past_its_disk_bound_on_a_node_is_ended_and_recorded_so(
+    executor: Any, tmp_path: Path
+) -> None:
+    import msgspec
+
+    # The wrapper walks the run dir on the node, as on this machine (issue 30: no longer
+    # stripped from the request there).
+    request = _request(
+        tmp_path / "run", "head -c 8388608 /dev/zero > big; exec sleep 60", timeout_s=120
+    )
+    request = msgspec.structs.replace(request, disk_dir=request.files.run_dir, disk_bytes=1 << 20)
+    site = await executor.site("c:i:A:0", 1)
+    run = await site.start(request)
+    await run.release()
+    end = await run.wait()
+    assert end.limit == "disk", end
