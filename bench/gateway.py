@@ -19,7 +19,10 @@ Printed:
 - ``latency p50``: one call at a time, direct and gateway calls interleaved (so both see the
   same machine), request written to last byte read; ``added`` is gateway - direct;
 - ``throughput``: ``--streams`` calls at once, calls per second over the batch's wall time,
-  the median of ``--rounds`` batches each way (alternating); ``ratio`` is gateway / direct.
+  the median of ``--rounds`` batches each way (alternating); ``ratio`` is gateway / direct;
+- ``CPU per call``: user + system CPU of the gateway, the upstream and this client per
+  call, and the throughput ratio they allow when the cores are the bottleneck (on a loaded,
+  shared machine the measured ratio swings with the load; these do much less).
 
 Afterwards, outside the timing, the gateway's journal is checked: one line per gateway call.
 """
@@ -143,8 +146,20 @@ def main(argv: list[str] | None = None) -> int:
                 "direct": (model_port, "/v1/chat/completions"),
                 "gateway": (gateway.port, "/v1/chat/completions"),
             }
+            cpu_before = _cpu_s(gateway.pid), _cpu_s(model.pid), time.process_time()
             report(asyncio.run(measure(targets, token, body, args)), args)
             calls = WARM + args.serial + args.streams * args.rounds
+            # CPU per call (user + system): what a relayed call costs beyond a direct one, on
+            # a machine whose cores are shared steadier than the wall-time ratio. The model
+            # and this client serve both kinds of call (2 * calls); the gateway its own.
+            gw_ms = (_cpu_s(gateway.pid) - cpu_before[0]) * 1000 / calls
+            model_ms = (_cpu_s(model.pid) - cpu_before[1]) * 1000 / (2 * calls)
+            client_ms = (time.process_time() - cpu_before[2]) * 1000 / (2 * calls)
+            print(
+                f"CPU per call: gateway {gw_ms:.3f} ms, upstream {model_ms:.3f} ms,"
+                f" client {client_ms:.3f} ms; CPU-bound ratio ceiling"
+                f" {(model_ms + client_ms) / (model_ms + client_ms + gw_ms):.3f}"
+            )
             journal = paths.attempt_journal(home, "bench", "c", 1)
             lines = journal.read_bytes().count(b"\n")
             print(f"journal: {lines} lines for {calls} gateway calls")
@@ -156,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             model.terminate()
             model.wait()
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(

@@ -136,6 +136,7 @@ def _arm_problem(spec: CellSpec, home_root: str) -> str | None:
             workspace=Path(workspace),
             env=dict(env.env),
             home_root=home_root,
+            dry_run=True,
         )
         try:
             command = arm_for(spec.arm).prepare(ctx)

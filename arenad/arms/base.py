@@ -72,6 +72,10 @@ class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
     # model gateway refuses the calls past the cap, at the wire (None: no cap).
     campaign_cap_usd: float | None = None
     campaign_spent_usd: float = 0.0
+    # Prepared only to check that it would launch (submit's preflight): no side effect
+    # outside the run dir, so no model gateway started (it would keep the submitter's env)
+    # and no grant issued.
+    dry_run: bool = False
 
     @property
     def prompt_file(self) -> Path:

@@ -4,9 +4,21 @@ touches a model."""
 
 from __future__ import annotations
 
-from arenad.arms.base import AgentCommand, Arm, ArmContext, IngestReader, q, write_prompt
-from arenad.arms.evidence import InfraCause
+from pathlib import Path
+
+from arenad.arms.base import (
+    AgentCommand,
+    Arm,
+    ArmContext,
+    IngestReader,
+    q,
+    stream_objects,
+    write_prompt,
+)
+from arenad.arms.evidence import InfraCause, gateway_cause
 from arenad.errors import UserError
+from arenad.gateway import paths as gateway_paths
+from arenad.gateway.cell import point_command_env
 from arenad.ingest import Mode, WatchSource, file_source
 from arenad.runs.executor import Site
 from events.specs import CommandArm
@@ -33,6 +45,22 @@ class CommandArmRunner(Arm):
         except (KeyError, ValueError, IndexError) as exc:
             raise UserError(f"arm {self.spec.name}: bad argv placeholder: {exc}") from None
         env = {**ctx.env, **self.spec.env}
+        uses_secrets = self.spec.uses_model
+        if self._through_gateway(ctx) and not ctx.dry_run:
+            # The agent gets the conventional variables naming the gateway and its attempt's
+            # token; the upstreams' keys stay with the gateway, so no secrets wrapper.
+            pointed = point_command_env(
+                Path(ctx.home_root),
+                ctx.spec,
+                ctx.cell_id,
+                ctx.attempt,
+                env,
+                arm_env=self.spec.env,
+                gateway_env=ctx.env,
+                campaign_cap_usd=ctx.campaign_cap_usd,
+                campaign_spent_usd=ctx.campaign_spent_usd,
+            )
+            env, uses_secrets = pointed.env, False
         if self.spec.uses_model:
             script = f"cd {q(ctx.workspace)} && exec {' '.join(q(a) for a in args)} < /dev/null"
             argv = ["bash", "-c", script]
@@ -44,15 +72,25 @@ class CommandArmRunner(Arm):
             env=env,
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
-            uses_secrets=self.spec.uses_model,
+            uses_secrets=uses_secrets,
             # Any CLI: what it needs beyond the system is the campaign's to share.
             executables=args[:1],
         )
 
+    def _through_gateway(self, ctx: ArmContext) -> bool:
+        return self.spec.uses_model and ctx.spec.gateway.kind == "gateway" and bool(ctx.home_root)
+
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
-        """Its stdout, as JSON lines or (``output = "text"``) plain text lines."""
+        """Its stdout, as JSON lines or (``output = "text"``) plain text lines; with the
+        gateway its journal of this attempt's calls too (source ``gateway``)."""
         mode: Mode = "text" if self.spec.output == "text" else "lines"
-        return [file_source("stdout", ctx.run_dir / self.stdout_name, mode)]
+        sources = [file_source("stdout", ctx.run_dir / self.stdout_name, mode)]
+        if self._through_gateway(ctx):
+            journal = gateway_paths.attempt_journal(
+                Path(ctx.home_root), ctx.spec.campaign, ctx.cell_id, ctx.attempt
+            )
+            sources.append(file_source("gateway", journal))
+        return sources
 
     async def infra_cause(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
@@ -61,4 +99,8 @@ class CommandArmRunner(Arm):
         its failure is its own (issue 27: failure laundering)."""
         if not self.spec.uses_model:
             return None
+        # With the gateway, its records of the calls are the evidence (as for solo).
+        calls = stream_objects(await read_ingested(), "gateway")
+        if calls:
+            return gateway_cause(calls)
         return await super().infra_cause(site, ctx, read_ingested)

@@ -113,14 +113,20 @@ def _upstream_message(call: Mapping[str, Any], fallback: str) -> str:
 
 def _call_cause(call: Mapping[str, Any]) -> str | None:
     """What one gateway record says failed upstream (None: the call was answered, or its
-    failure was the request's own, a 4xx other than 401/403/429)."""
+    failure was the request's own, a 4xx other than 401/403/429). ``upstream.error`` is
+    the gateway's evidence (arenad.gateway.server): ``upstream <n>`` for an error status,
+    ``timeout`` / ``refused: …`` when no answer came, and beside a 200 ``upstream error in
+    its stream: …``, ``timeout mid-answer``, ``cut mid-answer: …`` or ``stream ended
+    before its end event``."""
     upstream = call.get("upstream")
     upstream = upstream if isinstance(upstream, dict) else {}
     status = upstream.get("status")
     error = upstream.get("error")
     code = status if isinstance(status, int) and not isinstance(status, bool) else None
-    if code is not None and code < 400 and not error:
-        return None
+    if code is not None and code < 400:
+        # A 200 whose stream carried the provider's error event, timed out or was cut
+        # before its end: the gateway saw the provider fail mid-answer.
+        return f"provider failed mid-answer (HTTP {code}): {error}" if error else None
     if code in (401, 403):
         message = _upstream_message(call, "unauthorized")
         return f"provider refused the credentials (HTTP {code}): {message}"
@@ -137,7 +143,8 @@ def _call_cause(call: Mapping[str, Any]) -> str | None:
 def gateway_cause(calls: Iterable[Any]) -> InfraCause | None:
     """The infrastructure cause of a failed run from the model gateway's records of its
     calls (arenad.gateway; the agent cannot write them): every call failed upstream (a 429,
-    a 5xx, refused credentials, a timeout, a refused connection) and none was answered; the
+    a 5xx, refused credentials, a timeout, a refused connection, or a 200 whose stream
+    carried an error event, timed out or ended early) and none was answered whole; the
     cause is the last call's. None when a call was answered, one was refused by the
     attempt's own spend cap, one failed as the request's own fault, or there were none."""
     cause: str | None = None

@@ -66,7 +66,7 @@ class SoloArmRunner(Arm):
         ]
         env = ctx.env
         uses_secrets = True
-        if ctx.spec.gateway.kind == "gateway" and ctx.home_root:
+        if ctx.spec.gateway.kind == "gateway" and ctx.home_root and not ctx.dry_run:
             pointed = point_opencode(
                 Path(ctx.home_root),
                 Path(cell_paths(ctx.run_dir).opencode_config),

@@ -1009,9 +1009,9 @@ def _cells_of(r: _Resolved, instance: InstanceSpec, reps: int | None = None) -> 
                     r.sandbox, network=r.network or default_network(arm)
                 ),
                 verify_in=parsed.verify.verify_in if parsed.verify is not None else "checkout",
-                # Only a kind whose row says so points its agent at the gateway so far;
-                # the others keep reaching their provider themselves.
-                gateway=r.gateway if kind_of_arm(arm).gateway else GatewaySpec(),
+                # A kind whose row says so points its agent at the gateway (a command
+                # arm only when it uses a model); the others reach their provider themselves.
+                gateway=r.gateway if _via_gateway(arm) else GatewaySpec(),
             )
 
 
@@ -1194,12 +1194,16 @@ def _sandbox(
     )
 
 
+def _via_gateway(arm: ArmSpec) -> bool:
+    """Whether the arm's agent is pointed at the gateway (its kind's row; an arm that uses
+    no model has no call to point: docs/gateway.md)."""
+    return kind_of_arm(arm).gateway and uses_model(arm)
+
+
 def _keys_at_the_gateway(arms: list[ArmSpec], gateway: GatewaySpec) -> bool:
     """Every arm that calls a model does so through the gateway, which reads the keys from
     the [secrets] env files itself: no cell needs the secrets wrapper."""
-    return gateway.kind == "gateway" and all(
-        kind_of_arm(arm).gateway for arm in arms if uses_model(arm)
-    )
+    return gateway.kind == "gateway" and all(_via_gateway(arm) for arm in arms if uses_model(arm))
 
 
 def _docker_image(

@@ -138,7 +138,8 @@ KEYS: dict[str, str] = {
     "workspace, recorded as self-reported (see docs/grading.md).",
     # -- [gateway]
     "CampaignFile.gateway": "The model gateway; see [`[gateway]`](#gateway).",
-    "GatewayFile.kind": "`gateway`: a solo cell's model calls go through the daemon's model "
+    "GatewayFile.kind": "`gateway`: a solo or model-using command cell's model calls go "
+    "through the daemon's model "
     "gateway (recorded once, the provider key kept out of the cell, caps enforced per call); "
     "`none`: the agent reaches its provider itself (see docs/gateway.md).",
     "GatewayFile.max_usd": "Per-attempt spend cap enforced at the gateway before each call "
@@ -224,7 +225,8 @@ TABLES: dict[str, str] = {
     "SandboxFile": "Optional. What every agent run, verify command and judge sees.",
     "JudgeFile": "Optional. A judge, run after verify.",
     "VerifyFile": "Optional. Where the grade is made.",
-    "GatewayFile": "Optional. The model gateway (on by default for solo arms).",
+    "GatewayFile": "Optional. The model gateway (on by default for solo arms and command arms"
+    " that use a model).",
     "ExecutorFile": "Optional. Where the cells run; a cell that asks for another executor "
     "than the daemon's fails at once.",
     "CandidateFile": "Optional. Which improvement-loop candidate the campaign evaluates (the "

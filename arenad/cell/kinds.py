@@ -95,7 +95,8 @@ KINDS: dict[str, ArmKind] = {
         journal_lines=False,
         result_document=False,
         store_figures="evidence",
-        gateway=False,
+        # With uses_model: the conventional env variables name the gateway (issue 31).
+        gateway=True,
     ),
 }
 

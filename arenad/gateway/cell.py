@@ -7,6 +7,11 @@ provider's key moves out of the cell: ``{env:NAME}`` becomes the grant's ``key_e
 gateway reads it from its own environment, or from the campaign's secrets env files, by name);
 a literal key moves into the grant (a file of the daemon's home, which the cell cannot see).
 The names of those variables are returned so the arm drops them from the agent's env.
+
+A command arm's agent (any CLI) is pointed the conventional way instead
+(:func:`point_command_env`): ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` and
+``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` name the gateway and the attempt's token; the
+upstreams are what those variables named before (or the providers' public endpoints).
 """
 
 from __future__ import annotations
@@ -168,3 +173,129 @@ def point_opencode(
         json.dump(filled, f)
     os.replace(tmp, config_path)
     return PointedConfig(token=token, key_names=names, providers=sorted(grant.upstreams))
+
+
+class ConventionalUpstream(msgspec.Struct, frozen=True, kw_only=True):
+    """One provider an agent CLI finds by the conventional env variables."""
+
+    name: str
+    base_var: str
+    key_var: str
+    default_base: str
+    # What the SDKs append to the base URL before the wire's path: OpenAI's base names
+    # ``/v1`` itself, Anthropic's does not (its SDK posts to ``<base>/v1/messages``).
+    version_suffix: str
+    # Variables that name the same base URL in older clients: dropped, never left naming
+    # the upstream.
+    aliases: tuple[str, ...] = ()
+
+
+CONVENTIONAL: tuple[ConventionalUpstream, ...] = (
+    ConventionalUpstream(
+        name="openai",
+        base_var="OPENAI_BASE_URL",
+        key_var="OPENAI_API_KEY",
+        default_base="https://api.openai.com/v1",
+        version_suffix="",
+        aliases=("OPENAI_API_BASE",),
+    ),
+    ConventionalUpstream(
+        name="anthropic",
+        base_var="ANTHROPIC_BASE_URL",
+        key_var="ANTHROPIC_API_KEY",
+        default_base="https://api.anthropic.com",
+        version_suffix="/v1",
+    ),
+)
+
+
+class PointedEnv(msgspec.Struct, frozen=True, kw_only=True):
+    token: str
+    # The agent's env with the conventional variables naming the gateway and the token, and
+    # nothing left that named an upstream or held its key.
+    env: dict[str, str]
+    providers: list[str]
+
+
+def command_grant(
+    env: Mapping[str, str],
+    spec: CellSpec,
+    cell_id: str,
+    attempt: int,
+    key_files: list[str],
+    *,
+    arm_env: Mapping[str, str] | None = None,
+    campaign_cap_usd: float | None = None,
+    campaign_spent_usd: float = 0.0,
+) -> tuple[Grant, dict[str, str]]:
+    """(the grant, the agent's env pointed at ``{gateway}`` with ``{token}``). Pure.
+
+    ``env`` is what the agent would have had (the cell's env and the arm's own). Each
+    conventional provider's upstream is the base URL its variable named, else the
+    provider's public endpoint; its key is read by the gateway by the variable's name (its
+    own env, the campaign's secrets env files), or, when the arm's own env (``arm_env``,
+    from the campaign file) gave it literally, moved into the grant. No price is known (no
+    config names one): the calls' cost is recorded as unknown, never 0."""
+    arm_env = arm_env or {}
+    upstreams: dict[str, Upstream] = {}
+    pointed = dict(env)
+    for p in CONVENTIONAL:
+        base = (env.get(p.base_var) or p.default_base).strip().rstrip("/")
+        literal = arm_env.get(p.key_var) or None
+        upstreams[p.name] = Upstream(
+            base_url=base + p.version_suffix,
+            key_env=p.key_var,
+            key_env_files=key_files,
+            key_value=literal,
+        )
+        for alias in p.aliases:
+            pointed.pop(alias, None)
+        pointed[p.base_var] = f"{{gateway}}/u/{p.name}" + ("/v1" if not p.version_suffix else "")
+        pointed[p.key_var] = "{token}"
+    grant = Grant(
+        campaign_id=spec.campaign,
+        cell_id=cell_id,
+        attempt=attempt,
+        upstreams=upstreams,
+        prices={},
+        max_usd=spec.gateway.max_usd,
+        max_tokens=spec.gateway.max_tokens,
+        campaign_max_usd=campaign_cap_usd,
+        campaign_spent_usd=campaign_spent_usd,
+        issued_at_ms=int(time.time() * 1000),
+    )
+    return grant, pointed
+
+
+def point_command_env(
+    home: Path,
+    spec: CellSpec,
+    cell_id: str,
+    attempt: int,
+    env: Mapping[str, str],
+    *,
+    arm_env: Mapping[str, str] | None = None,
+    gateway_env: Mapping[str, str] | None = None,
+    campaign_cap_usd: float | None = None,
+    campaign_spent_usd: float = 0.0,
+) -> PointedEnv:
+    """Start (or adopt) the gateway, issue the attempt's grant, and return the agent's env
+    pointed at it (:func:`command_grant`). ``gateway_env``: the environment a gateway
+    started here gets (default ``env``)."""
+    secrets = spec.secrets
+    key_files = [os.path.join(secrets.dir, f) for f in secrets.env_files] if secrets else []
+    grant, pointed = command_grant(
+        env,
+        spec,
+        cell_id,
+        attempt,
+        key_files,
+        arm_env=arm_env,
+        campaign_cap_usd=campaign_cap_usd,
+        campaign_spent_usd=campaign_spent_usd,
+    )
+    endpoint = process.ensure(home, env=gateway_env if gateway_env is not None else env)
+    token = grants.issue(home, grant)
+    base = f"http://127.0.0.1:{endpoint.port}"
+    filled = {k: _fill(v, base, token) for k, v in pointed.items()}
+    return PointedEnv(token=token, env=filled, providers=sorted(grant.upstreams))

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from arenad.gateway import record
 from arenad.gateway.record import Result, Usage, count
+from arenad.provider_errors import anthropic_error_type
 
 Auth = Literal["bearer", "x-api-key"]
 
@@ -73,21 +74,10 @@ def openai_error(status: int, message: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
 
 
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-}
-
-
 def anthropic_error(status: int, message: str, code: str) -> bytes:
     """Anthropic's ``{"type": "error", "error": {type, message}}`` (``code`` has no field
-    there: the type says it)."""
-    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    there: the type says it), typed by the one table the scripted model uses too."""
+    kind = anthropic_error_type(status)
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
 
@@ -201,6 +191,16 @@ def responses_usage(raw: Mapping[str, Any]) -> Usage:
     )
 
 
+def _raw_tokens(messages: Any) -> list[int] | None:
+    """The token ids of vLLM's raw messages, in order (None: not that form, or absent)."""
+    if not isinstance(messages, list):
+        return None
+    raw = [m for m in messages if isinstance(m, dict) and isinstance(m.get("tokens"), list)]
+    if not raw:
+        return None
+    return [i for m in raw for i in m["tokens"] if isinstance(i, int) and not isinstance(i, bool)]
+
+
 _RESPONSE_ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -243,6 +243,14 @@ class ResponsesResult(Result):
         error = response.get("error")
         if isinstance(error, dict):
             self.stream_error = str(error.get("message") or error.get("code") or "failed")
+        # vLLM's token ids (asked with ``enable_response_messages``): the prompt's and the
+        # answer's raw messages, each ``{"type": "raw_message_tokens", "tokens": [...]}``.
+        prompt_ids = _raw_tokens(response.get("input_messages"))
+        if prompt_ids is not None:
+            self.prompt_token_ids = prompt_ids
+        completion_ids = _raw_tokens(response.get("output_messages"))
+        if completion_ids is not None:
+            self.completion_token_ids = completion_ids
         if whole:
             for index, item in enumerate(response.get("output") or []):
                 if isinstance(item, dict):
@@ -309,6 +317,7 @@ RESPONSES = Protocol(
         "previous_response_id",
         "store",
         "seed",
+        "enable_response_messages",
     ),
     fold=ResponsesResult,
     error=openai_error,

@@ -150,10 +150,14 @@ def model_endpoints(
         pass
     found += [(env[name], f"env {name}") for name in BASE_URL_VARS if env.get(name)]
     if isinstance(spec.arm, CommandArm):
+        # Through the gateway, the conventional base URLs of the arm's env are the gateway's
+        # upstreams (arenad.gateway.cell.point_command_env): the agent's env names the
+        # gateway instead, and the upstream is never let in.
+        taken = BASE_URL_VARS if spec.gateway.kind == "gateway" and spec.arm.uses_model else ()
         found += [
             (value, f"arm env {name}")
             for name, value in sorted(spec.arm.env.items())
-            if value.strip().lower().startswith(("http://", "https://"))
+            if value.strip().lower().startswith(("http://", "https://")) and name not in taken
         ]
     endpoints: dict[int, Endpoint] = {}
     for url, source in found:

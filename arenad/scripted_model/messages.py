@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from arenad.provider_errors import anthropic_error_type
 from arenad.scripted_model import wire
 from arenad.scripted_model.responses import named_event
 from arenad.scripted_model.script import Reply, ResolvedUsage
@@ -107,18 +108,7 @@ def events(reply: Reply, *, message_id: str, model: str, chunk_chars: int) -> li
     return [named_event(-1, e) for e in out]
 
 
-def error_type(status: int) -> str:
-    return {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        402: "billing_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }.get(status, "api_error")
-
-
 def error_body(status: int, message_text: str) -> JSON:
-    return {"type": "error", "error": {"type": error_type(status), "message": message_text}}
+    """Anthropic's error shape, typed by the table the gateway uses too."""
+    kind = anthropic_error_type(status)
+    return {"type": "error", "error": {"type": kind, "message": message_text}}

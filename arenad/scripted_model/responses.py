@@ -49,11 +49,45 @@ def chat_view(body: Mapping[str, Any]) -> JSON:
 
 
 def extras_for(body: Mapping[str, Any], script: Script) -> wire.Extras:
+    """Logprobs when the request includes them (or gives ``top_logprobs``); token ids when
+    it sets vLLM's ``enable_response_messages`` (or the script says ``token_ids``)."""
     include = body.get("include")
     top = body.get("top_logprobs")
     top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else 0
     asked = isinstance(include, list) and LOGPROBS_INCLUDE in include
-    return wire.Extras(logprobs=asked or top > 0 or script.logprobs, top_logprobs=min(top, 20))
+    token_ids = body.get("enable_response_messages") is True or script.token_ids
+    return wire.Extras(
+        logprobs=asked or top > 0 or script.logprobs,
+        top_logprobs=min(top, 20),
+        token_ids=token_ids,
+        prompt_token_ids=[i for m in raw_input_messages(body, script) for i in m["tokens"]]
+        if token_ids
+        else [],
+    )
+
+
+def raw_input_messages(body: Mapping[str, Any], script: Script) -> list[JSON]:
+    """vLLM's ``input_messages``: each prompt message with its token ids
+    (``{"type": "raw_message_tokens", "message", "tokens"}``)."""
+    return [
+        {
+            "type": "raw_message_tokens",
+            "message": wire.message_text_of(m),
+            "tokens": wire.message_token_ids(m, script.chunk_chars),
+        }
+        for m in chat_view(body)["messages"]
+    ]
+
+
+def _raw_output_messages(reply: Reply, chunk_chars: int) -> list[JSON]:
+    pieces = wire.completion_pieces(reply, chunk_chars)
+    return [
+        {
+            "type": "raw_message_tokens",
+            "message": "".join(pieces),
+            "tokens": [wire.token_id(p) for p in pieces],
+        }
+    ]
 
 
 def usage_json(usage: ResolvedUsage) -> JSON:
@@ -125,9 +159,13 @@ def response(
     chunk_chars: int,
     status: str = "completed",
     output: list[JSON] | None = None,
+    input_messages: list[JSON] | None = None,
 ) -> JSON:
+    """The ``response`` object; a completed one carries vLLM's ``input_messages`` /
+    ``output_messages`` (the prompt's and the answer's token ids) when they were asked
+    for (``input_messages``: :func:`raw_input_messages`)."""
     done = status == "completed"
-    return {
+    out = {
         "id": response_id,
         "object": "response",
         "created_at": created,
@@ -138,6 +176,10 @@ def response(
         "error": None,
         "usage": usage_json(reply.usage) if done else None,
     }
+    if done and extras.token_ids:
+        out["input_messages"] = input_messages or []
+        out["output_messages"] = _raw_output_messages(reply, chunk_chars)
+    return out
 
 
 def events(
@@ -148,6 +190,7 @@ def events(
     created: int,
     extras: wire.Extras,
     chunk_chars: int,
+    input_messages: list[JSON] | None = None,
 ) -> list[bytes]:
     """The ``response.*`` events of ``reply``, SSE-encoded, in order."""
     out: list[JSON] = []
@@ -224,6 +267,7 @@ def events(
         created=created,
         extras=extras,
         chunk_chars=chunk_chars,
+        input_messages=input_messages,
     )
     out.append({"type": "response.completed", "response": final})
     return [named_event(n, e) for n, e in enumerate(out)]

@@ -74,7 +74,10 @@ How a request is answered (stateless, so the server needs no memory and survives
   (``server_error`` only for 5xx) and, when set, a ``retry-after-ms`` header. Since nothing
   is recorded for a failed call, every retry at that position fails too: opencode gives up
   at once on a 4xx but 429, and retries a 429 or 5xx five times (``retry_after_ms = 0``
-  makes those retries immediate).
+  makes those retries immediate). With ``in_stream = true`` a streamed request gets 200
+  and the error as the wire's in-stream error event instead (chat: a ``data: {"error":
+  {...}}`` chunk; responses: an ``error`` event; messages: Anthropic's ``error`` event),
+  after the stream's first event and without its end.
 * ``delay_s`` / ``chunk_delay_s`` on a step override the script's defaults.
 """
 
@@ -198,6 +201,11 @@ class ErrorReply(_Config, frozen=True):
     # Sent as the ``retry-after-ms`` header: opencode then waits this long between its
     # retries of a retryable error (0: retry at once) instead of its 2-30 s backoff.
     retry_after_ms: int | None = None
+    # A streamed request gets 200, the stream's first event, then the error as the wire's
+    # error event, and the stream ends without its end event: a provider failing
+    # mid-answer (Anthropic's ``overloaded_error`` event). A request that does not stream
+    # still gets the HTTP status.
+    in_stream: bool = False
 
     def __post_init__(self) -> None:
         if not 400 <= self.status <= 599:

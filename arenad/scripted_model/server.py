@@ -170,6 +170,8 @@ class _Wire:
     whole: Callable[[_Answer], dict[str, Any]]
     events: Callable[[_Answer], list[bytes]]
     error: Callable[[int, str, str | None], dict[str, Any]]
+    # The error as an event inside a 200 stream (a provider failing mid-answer).
+    stream_error: Callable[[int, str], bytes]
     done: bytes = b""
 
 
@@ -210,6 +212,7 @@ def _responses_whole(a: _Answer) -> dict[str, Any]:
         created=a.created,
         extras=responses.extras_for(a.body, a.script),
         chunk_chars=a.script.chunk_chars,
+        input_messages=responses.raw_input_messages(a.body, a.script),
     )
 
 
@@ -221,7 +224,18 @@ def _responses_events(a: _Answer) -> list[bytes]:
         created=a.created,
         extras=responses.extras_for(a.body, a.script),
         chunk_chars=a.script.chunk_chars,
+        input_messages=responses.raw_input_messages(a.body, a.script),
     )
+
+
+def _chat_stream_error(status: int, message: str) -> bytes:
+    return wire.sse_event(_openai_error(status, message, "scripted_error"))
+
+
+def _responses_stream_error(status: int, message: str) -> bytes:
+    # OpenAI's responses ``error`` event: code, message, param (no error type).
+    event = {"type": "error", "code": "scripted_error", "message": message, "param": None}
+    return responses.named_event(1, event)
 
 
 _WIRES = {
@@ -232,6 +246,7 @@ _WIRES = {
         whole=_chat_whole,
         events=_chat_events,
         error=_openai_error,
+        stream_error=_chat_stream_error,
         done=wire.SSE_DONE,
     ),
     "/v1/responses": _Wire(
@@ -241,6 +256,7 @@ _WIRES = {
         whole=_responses_whole,
         events=_responses_events,
         error=_openai_error,
+        stream_error=_responses_stream_error,
     ),
     "/v1/messages": _Wire(
         name="messages",
@@ -251,6 +267,9 @@ _WIRES = {
             a.reply, message_id=a.id, model=a.model, chunk_chars=a.script.chunk_chars
         ),
         error=lambda status, message, _code: messages.error_body(status, message),
+        stream_error=lambda status, message: responses.named_event(
+            -1, messages.error_body(status, message)
+        ),
     ),
 }
 
@@ -443,7 +462,8 @@ class ScriptedModelServer:
         )
         if reply.delay_s > 0:
             await self._sleep(reply.delay_s)
-        if reply.error is not None:
+        streamed = body.get("stream") is True
+        if reply.error is not None and not (reply.error.in_stream and streamed):
             status = reply.error.status
             err = wire_format.error(status, reply.error.message, "scripted_error")
             extra = []
@@ -458,7 +478,12 @@ class ScriptedModelServer:
             created=created,
             id=f"{wire_format.id_prefix}-scripted-{next(self._ids)}",
         )
-        if body.get("stream") is True:
+        if reply.error is not None:
+            # In the stream: it starts as an answer would, then fails without its end.
+            failed = wire_format.stream_error(reply.error.status, reply.error.message)
+            await self._send_sse(writer, [*wire_format.events(answer)[:1], failed], 0.0, b"")
+            return False
+        if streamed:
             events = wire_format.events(answer)
             await self._send_sse(writer, events, reply.chunk_delay_s, wire_format.done)
             return False

@@ -61,15 +61,30 @@ def extras_for(body: Mapping[str, Any], script: Script) -> Extras:
     prompt: list[int] = []
     if token_ids:
         for message in body.get("messages") or []:
-            content = message.get("content") if isinstance(message, dict) else None
-            text = content if isinstance(content, str) else msgspec.json.encode(content).decode()
-            prompt += [token_id(p) for p in pieces(text, script.chunk_chars)]
+            prompt += message_token_ids(message, script.chunk_chars)
     return Extras(
         logprobs=body.get("logprobs") is True or script.logprobs,
         top_logprobs=min(top, 20),
         token_ids=token_ids,
         prompt_token_ids=prompt,
     )
+
+
+def message_text_of(message: Any) -> str:
+    """A chat message's content as the text its prompt tokens are cut from."""
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else msgspec.json.encode(content).decode()
+
+
+def message_token_ids(message: Any, chunk_chars: int) -> list[int]:
+    """The prompt token ids of one chat message: its text's pieces (pure)."""
+    return [token_id(p) for p in pieces(message_text_of(message), chunk_chars)]
+
+
+def completion_pieces(reply: Reply, chunk_chars: int) -> list[str]:
+    """The tokens an answer is made of: its reasoning, text and tool arguments, in pieces."""
+    texts = [reply.reasoning or "", reply.text or ""] + [c.arguments for c in reply.tool_calls]
+    return [p for text in texts for p in pieces(text, chunk_chars)]
 
 
 def logprob_entry(piece: str, top: int) -> JSON:
@@ -216,8 +231,7 @@ def completion(
         "logprobs": None,
         "finish_reason": reply.finish_reason,
     }
-    texts = [reply.reasoning or "", reply.text or ""] + [c.arguments for c in reply.tool_calls]
-    _tokens(choice, [p for text in texts for p in pieces(text, chunk_chars)], extras)
+    _tokens(choice, completion_pieces(reply, chunk_chars), extras)
     out: JSON = {
         "id": completion_id,
         "object": "chat.completion",

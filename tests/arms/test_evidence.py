@@ -99,6 +99,27 @@ def test_gateway_records_every_call_failed_upstream_is_the_infrastructures() -> 
     assert gateway_cause([{"type": "error", "upstream": {"status": 500}}]) is None
 
 
+def test_a_200_that_failed_mid_answer_is_the_infrastructures() -> None:
+    """The status alone is no evidence: a 200 whose stream carried the provider's error
+    event, timed out or ended before its end is a call the provider failed (issue 31)."""
+    from arenad.arms.evidence import gateway_cause
+
+    for error in (
+        "upstream error in its stream: overloaded_error: Overloaded",
+        "timeout mid-answer",
+        "cut mid-answer: ConnectionResetError",
+        "stream ended before its end event",
+    ):
+        cause = gateway_cause([_call(200, error)] * 2)
+        assert cause is not None
+        assert cause.cause == f"provider failed mid-answer (HTTP 200): {error}"
+    # Mixed with other upstream failures: still every call failed; the last one names it.
+    mixed = gateway_cause([_call(200, "timeout mid-answer"), _call(None, "timeout")])
+    assert mixed is not None and mixed.cause == "provider timeout"
+    # One call answered whole: the agent had its turn, whatever failed before.
+    assert gateway_cause([_call(200, "stream ended before its end event"), _call(200)]) is None
+
+
 def test_a_run_stopped_at_a_spend_cap_is_named_from_the_gateways_record() -> None:
     from arenad.arms.evidence import budget_stop
 

@@ -726,9 +726,12 @@ def test_the_gateway_is_the_default_for_solo_arms_and_none_opts_out(tmp_path: Pa
     assert load_campaign(write(tmp_path, capped)).cells[0].gateway == GatewaySpec(
         kind="gateway", max_usd=1.5, max_tokens=9
     )
-    # A command arm is not pointed at the gateway (yet): its cells record none.
+    # A command arm that uses a model is pointed at it too (issue 31); one that does not
+    # has no model calls, and its cells record none.
     command = GOOD.replace('kind = "solo"\nmodel = "p/m"', 'kind = "command"\nargv = ["true"]')
-    assert load_campaign(write(tmp_path, command)).cells[0].gateway.kind == "none"
+    assert load_campaign(write(tmp_path, command)).cells[0].gateway.kind == "gateway"
+    offline = command.replace('argv = ["true"]', 'argv = ["true"]\nuses_model = false')
+    assert load_campaign(write(tmp_path, offline)).cells[0].gateway.kind == "none"
 
 
 @pytest.mark.parametrize(

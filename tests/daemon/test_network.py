@@ -139,7 +139,10 @@ def _campaign(
             ("" if network is None else f'[sandbox]\nnetwork = "{network}"\n{sandbox}')
             if network is not None or not sandbox
             else f"[sandbox]\n{sandbox}"
-        ),
+        )
+        # The agent reaches its model itself here (through the gateway it would reach only
+        # the gateway: tests/gateway/test_command_arm.py).
+        + '\n[gateway]\nkind = "none"\n',
         uses_model=True,
         arm_extra="env = " + json.dumps(arm_env).replace('": "', '" = "'),
         timeout_s=120,

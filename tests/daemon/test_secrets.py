@@ -33,7 +33,8 @@ def test_sentinel_secret_never_written(tmp_path: Path) -> None:
         argv=["bash", "-c", check + " && echo changed >> a.txt"],
         uses_model=True,
         verify_cmd='test -z "${OPENAI_API_KEY:-}"',
-        extra=f'[secrets]\ndir = "{secrets}"\nenv_files = [".env"]\n',
+        # The secrets wrapper's path: a command arm through the gateway gets no key at all.
+        extra=f'[secrets]\ndir = "{secrets}"\nenv_files = [".env"]\n[gateway]\nkind = "none"\n',
     )
     env = {
         **os.environ,
@@ -84,6 +85,8 @@ def test_the_auth_bootstrap_runs_without_secrets(tmp_path: Path) -> None:
         base=base,
         argv=["bash", "-c", check + " && echo changed >> a.txt"],
         uses_model=True,
+        # The old path (through the gateway the agent needs no auth: the gateway reads it).
+        extra='[gateway]\nkind = "none"\n',
     )
     env = {**os.environ, "SWE_ARENA_OPENCODE_AUTH_FILE": str(auth)}
     assert cli(home, "init").returncode == 0

@@ -241,8 +241,11 @@ def _wire_call(
     else:
         body = {"model": "m", "max_tokens": 1024, "messages": messages, **extra}
         headers = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    if wire_name == "chat":
+        headers = {"Authorization": f"Bearer {token}"}
     headers["Content-Type"] = "application/json"
-    return post(port, f"/v1/{wire_name}", body, headers)
+    path = "/v1/chat/completions" if wire_name == "chat" else f"/v1/{wire_name}"
+    return post(port, path, body, headers)
 
 
 def _text(wire_name: str, stream: bool, body: bytes) -> str:
@@ -365,6 +368,36 @@ def test_an_upstream_429_on_a_wire_is_classified(
     assert cause is not None and cause.cause == "provider rate limit (HTTP 429): slow down"
 
 
+@pytest.mark.parametrize(
+    ("wire_name", "said"),
+    [
+        ("chat", "Overloaded"),
+        ("responses", "Overloaded"),
+        ("messages", "overloaded_error: Overloaded"),
+    ],
+)
+def test_an_error_inside_a_200_stream_is_an_infrastructure_cause(
+    home: Path, scripted_model: Callable[[str], RunningModel], wire_name: str, said: str
+) -> None:
+    model = scripted_model(
+        WIRE_SCRIPT.replace(
+            'text = "Hi there, this is a longer streamed answer."',
+            'error = { status = 529, message = "Overloaded", in_stream = true }',
+        )
+    )
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url, prices=WIRE_PRICES)
+    messages = [{"role": "user", "content": "hello"}]
+    status, _, _ = _wire_call(wire_name, gw.port, token, messages, stream=True)
+    assert status == 200
+    [line] = journal(home)
+    error = f"upstream error in its stream: {said}"
+    assert line["upstream"] == {"status": 200, "error": error}
+    cause = gateway_cause([line] * 2)
+    assert cause is not None
+    assert cause.cause == f"provider failed mid-answer (HTTP 200): {error}"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_logprobs_are_recorded_when_returned(
     home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
@@ -385,3 +418,44 @@ def test_responses_logprobs_are_recorded_when_returned(
     assert [e["logprob"] for e in line["logprobs"]] == [wire.token_logprob(p) for p in expected]
     assert all(len(e["top"]) == 2 for e in line["logprobs"])
     assert line["request"]["sampling"]["top_logprobs"] == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_token_ids_are_recorded_when_returned(
+    home: Path, scripted_model: Callable[[str], RunningModel], stream: bool
+) -> None:
+    """vLLM's ``enable_response_messages``: the prompt's and the answer's raw messages carry
+    their token ids, recorded as the call's ``token_ids`` like chat's (issue 31)."""
+    model = scripted_model("chunk_chars = 8\n" + SCRIPT)
+    gw = start_gateway(home)
+    token = grant_for(home, model.base_url)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    status, _, _ = _wire_call(
+        "responses", gw.port, token, messages, stream=stream, enable_response_messages=True
+    )
+    assert status == 200
+    [line] = journal(home)
+    text = "Hi there, this is a longer streamed answer."
+    completion = [wire.token_id(text[i : i + 8]) for i in range(0, len(text), 8)]
+    prompt = [wire.token_id("be brief"), wire.token_id("hello")]
+    assert line["token_ids"] == {"prompt": prompt, "completion": completion}
+    assert line["request"]["sampling"]["enable_response_messages"] is True
+    # Not asked: nothing recorded, as with chat.
+    _wire_call("responses", gw.port, token, messages, stream=stream)
+    assert "token_ids" not in journal(home)[1]
+
+
+def test_a_campaigns_spend_since_a_grant_is_a_bisection_over_its_calls() -> None:
+    """What the campaign cap reads per call: the calls that ended at or after the grant was
+    issued, without summing every call of the campaign again (that was O(n**2))."""
+    from arenad.gateway.server import _CampaignCalls
+
+    calls = _CampaignCalls()
+    assert calls.since(0) == 0.0
+    for ended, usd in ((10, 1.0), (20, 2.0), (20, 4.0), (30, 8.0)):
+        calls.add(ended, usd)
+    assert [calls.since(t) for t in (0, 10, 11, 20, 21, 30, 31)] == [15, 15, 14, 14, 8, 8, 0]
+    assert calls.largest_usd == 8.0
+    # A clock that steps back files the call at the latest end: it still counts.
+    calls.add(5, 16.0)
+    assert calls.since(30) == 24.0 and calls.since(31) == 0.0

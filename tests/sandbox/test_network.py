@@ -110,3 +110,27 @@ def test_the_plan_follows_the_spec(tmp_path: Path) -> None:
     assert plan("model") == ("model", ["8765=127.0.0.1:8765"])
     assert plan("none") == ("none", [])
     assert plan("host") == ("host", [])
+
+
+def test_through_the_gateway_a_command_arms_upstream_urls_are_not_let_in(tmp_path: Path) -> None:
+    """The gateway took the conventional base URLs over (arenad.gateway.cell): the agent's
+    env names the gateway, the one endpoint let in; the upstream (even a remote one, which
+    could not be forwarded at all) is the gateway's to reach."""
+    from events.specs import GatewaySpec
+
+    run_dir = _run_dir(tmp_path, None)
+    spec = _command(
+        {"OPENAI_BASE_URL": "https://api.example.com/v1", "MODEL_URL": "http://127.0.0.1:9001"}
+    )
+    spec = msgspec.structs.replace(spec, gateway=GatewaySpec(kind="gateway"))
+    env = {
+        "OPENAI_BASE_URL": "http://127.0.0.1:7000/u/openai/v1",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:7000/u/anthropic",
+    }
+    assert _endpoints(spec, run_dir, env) == [
+        "127.0.0.1:7000 -> 127.0.0.1:7000",
+        "127.0.0.1:9001 -> 127.0.0.1:9001",
+    ]
+    # Without the gateway the arm's own base URL is its endpoint, and a remote one is refused.
+    with pytest.raises(SandboxError, match="not on this machine's loopback"):
+        _endpoints(msgspec.structs.replace(spec, gateway=GatewaySpec()), run_dir)

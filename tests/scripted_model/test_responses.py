@@ -79,3 +79,52 @@ def test_a_reply_streams_as_response_events_ending_in_completed() -> None:
         reply, response_id="r", model="m", created=1, extras=extras, chunk_chars=5
     )
     assert whole == final
+
+
+def test_token_ids_ride_on_the_completed_response_as_vllms_raw_messages() -> None:
+    reply = Reply(
+        kind="step",
+        conversation=None,
+        step=0,
+        text="Hello there",
+        tool_calls=(PlannedToolCall(id="c1", name="bash", arguments='{"a":1}'),),
+        usage=USAGE,
+    )
+    body = {"enable_response_messages": True, "instructions": "be brief", "input": "hi"}
+    script = parse_script('chunk_chars = 5\n[[models]]\nid = "m"\n', "<test>")
+    extras = responses.extras_for(body, script)
+    given = responses.raw_input_messages(body, script)
+    assert [(m["type"], m["message"]) for m in given] == [
+        ("raw_message_tokens", "be brief"),
+        ("raw_message_tokens", "hi"),
+    ]
+    assert [m["tokens"] for m in given] == [
+        [wire.token_id("be br"), wire.token_id("ief")],
+        [wire.token_id("hi")],
+    ]
+    assert extras.token_ids and extras.prompt_token_ids == [i for m in given for i in m["tokens"]]
+    kwargs: dict[str, Any] = {
+        "response_id": "r",
+        "model": "m",
+        "created": 1,
+        "extras": extras,
+        "chunk_chars": 5,
+        "input_messages": given,
+    }
+    whole = responses.response(reply, **kwargs)
+    pieces = ["Hello", " ther", "e", '{"a":', "1}"]
+    assert whole["input_messages"] == given
+    assert whole["output_messages"] == [
+        {
+            "type": "raw_message_tokens",
+            "message": "".join(pieces),
+            "tokens": [wire.token_id(p) for p in pieces],
+        }
+    ]
+    events = _events(responses.events(reply, **kwargs))
+    assert events[-1]["response"] == whole
+    # Only the completed response carries them, and only when asked.
+    assert "input_messages" not in events[0]["response"]
+    plain = responses.extras_for({"input": "hi"}, SCRIPT)
+    assert not plain.token_ids
+    assert "output_messages" not in responses.response(reply, **{**kwargs, "extras": plain})

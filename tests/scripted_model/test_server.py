@@ -59,6 +59,11 @@ delay_s = 3600
 match = "broken"
 [[conversations.steps]]
 error = { status = 503, message = "overloaded" }
+
+[[conversations]]
+match = "mid-answer"
+[[conversations.steps]]
+error = { status = 529, message = "Overloaded", in_stream = true }
 """
 
 
@@ -271,6 +276,54 @@ async def test_scripted_error_step(server: ScriptedModelServer) -> None:
     resp = await call(server.port, "POST", "/v1/chat/completions", chat(("user", "broken")))
     assert resp.status == 503
     assert resp.json()["error"]["message"] == "overloaded"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "first", "error"),
+    [
+        (
+            "/v1/chat/completions",
+            chat(("user", "mid-answer")),
+            b'data: {"id":"chatcmpl-scripted-1"',
+            {"error": {"message": "Overloaded", "type": "server_error"}},
+        ),
+        (
+            "/v1/responses",
+            {"model": "m1", "stream": True, "input": "mid-answer"},
+            b"event: response.created\n",
+            {"type": "error", "message": "Overloaded", "code": "scripted_error"},
+        ),
+        (
+            "/v1/messages",
+            {
+                "model": "m1",
+                "stream": True,
+                "max_tokens": 9,
+                "messages": [chat(("user", "mid-answer"))["messages"][0]],
+            },
+            b"event: message_start\n",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        ),
+    ],
+)
+async def test_an_in_stream_error_is_a_200_stream_that_fails_without_its_end(
+    server: ScriptedModelServer, path: str, body: dict[str, Any], first: bytes, error: Any
+) -> None:
+    resp = await call(server.port, "POST", path, body)
+    assert resp.status == 200
+    assert resp.body.startswith(first)
+    events = resp.body[:-2].split(b"\n\n")
+    assert len(events) == 2  # the stream's first event, then the error: no end, no [DONE]
+    data = json.loads(events[1].split(b"data: ", 1)[1])
+    data.pop("sequence_number", None)
+    for key, value in error.items():
+        if isinstance(value, dict):
+            assert {k: data[key][k] for k in value} == value
+        else:
+            assert data[key] == value
+    # Without streaming it is the HTTP error, as before.
+    whole = await call(server.port, "POST", path, {**body, "stream": False})
+    assert whole.status == 529
 
 
 async def test_delays_are_taken_from_the_step(script: Script) -> None:
