@@ -194,7 +194,10 @@ def test_model_reaches_its_model_and_no_neighbour(
         headers={"Authorization": f"Bearer {neighbours['view_token']}"},
     )
     with urllib.request.urlopen(page, timeout=60) as answered:
-        assert f"model: 127.0.0.1:{port} -&gt; 127.0.0.1:{port}" in answered.read().decode()
+        shown_page = answered.read().decode()
+    # The sandbox table of the run's collapsed details: the policy and its one endpoint.
+    assert '<td class="l">network</td><td class="l">model</td>' in shown_page
+    assert f"<code>127.0.0.1:{port} -&gt; 127.0.0.1:{port}</code>" in shown_page
 
 
 DOCKER = 'kind = "docker"\nimage = "local/deb-py:bookworm"\n'
