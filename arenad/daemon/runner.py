@@ -1091,6 +1091,10 @@ def _unlimited_reason(request: RunRequest, record: RunRecord) -> str | None:
     """Why a run that asked for limits has none (never silently unlimited)."""
     if request.limits is None or record.cgroup is not None:
         return None
+    if request.container is not None:
+        # A container's limits are docker's own (`docker run --memory --pids-limit --cpus`,
+        # arenad.sandbox.container), on this machine or a Ray node alike.
+        return None
     return record.unlimited_reason or f"the {record.executor} executor applies no limits"
 
 

@@ -70,3 +70,29 @@ def test_an_attempts_places_are_computed_once_per_attempt(runner: CellRunner) ->
     again = runner._paths(second)
     assert again.attempt == 2 and again.run_dir != paths.run_dir
     assert runner._paths(second) is again
+
+
+def test_a_run_with_limits_is_unlimited_only_without_a_cgroup_or_a_container() -> None:
+    from arenad.daemon.runner import _unlimited_reason
+    from arenad.runs.cgroups import Limits
+    from arenad.runs.executor import RunRecord, RunRequest
+    from arenad.runs.files import RunFiles
+
+    files = RunFiles(run_dir="/r", stdout="/r/out", stderr="/r/err")
+    request = RunRequest(
+        argv=["true"],
+        cwd="/",
+        env={},
+        files=files,
+        timeout_s=1.0,
+        kill_grace_s=1.0,
+        stream="cell/c",
+        attempt=1,
+    )
+    record = RunRecord(pid=1, pgid=1, start_ticks=None, started_at_ms=0, deadline_ms=1)
+    limited = msgspec.structs.replace(request, limits=Limits(memory_bytes=1 << 30))
+    assert _unlimited_reason(request, record) is None  # none asked for
+    assert _unlimited_reason(limited, record) == "the local executor applies no limits"
+    # A container's limits are docker's flags: not unlimited, wherever it runs.
+    contained = msgspec.structs.replace(limited, container="arenad-c-1")
+    assert _unlimited_reason(contained, record) is None

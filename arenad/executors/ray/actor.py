@@ -358,14 +358,9 @@ class CellActor:
             os.close(read_end)
         self._run, self._released, self._end = run, False, None
         self._container = request.container
-        unlimited = None
-        if request.container is not None and request.limits is not None:
-            # No cgroup of the run's on a node; the container's own limits hold all the same.
-            unlimited = (
-                "no cgroup on a Ray node; the container's own limits apply"
-                " (docker --memory, --pids-limit, --cpus)"
-            )
-        return spawn.record(run, executor="ray", node=self.node, unlimited_reason=unlimited)
+        # No cgroup of the run's on a node: a container's limits are docker's own, and the
+        # runner records a run without either as unlimited, saying why.
+        return spawn.record(run, executor="ray", node=self.node)
 
     async def attach(self, pid: int) -> Reply:
         """What this actor holds of run ``pid``: "held" (never released), "running" /
