@@ -103,7 +103,10 @@ async def open_store(
     synchronous: Synchronous = "NORMAL",
     create: bool = False,
     faults: FaultPlan | None = None,
+    lock_wait_s: float = 10.0,
 ) -> AsyncIterator[SqliteEventStore]:
+    """The home's store; an append waits up to ``lock_wait_s`` for another writer's
+    transaction (SQLite's busy timeout) before it fails."""
     if not create:
         require_initialized(home)
     home.root.mkdir(parents=True, exist_ok=True)
@@ -113,6 +116,7 @@ async def open_store(
         projectors=[CellsProjector(), SpendProjector()],
         synchronous=synchronous,
         faults=faults,
+        busy_timeout_ms=int(lock_wait_s * 1000),
     )
     try:
         yield store

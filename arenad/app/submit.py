@@ -11,12 +11,13 @@ msgspec; the preflight reads what the validating pass collected. The store pipel
 batches (a batch's SQL runs while the next is made and encoded).
 
 The write lock is held for the whole transaction, as "all or nothing" asks: at 100 000
-cells that is seconds (the raw ``executemany`` of the same rows alone takes several),
-so a daemon appending meanwhile waits that long, and past its busy timeout (10 s) its
-append fails. Holding the lock under a second at that size needs the cells written in
-transactions of their own with the daemon gated on the campaign's record (the runnable
-query and the read models counting a campaign only once its ``campaign.submitted`` is in
-the log, a rerun completing an interrupted submit): not done here (issue 33).
+cells that is seconds (the raw ``executemany`` of the same rows alone takes several), so a
+daemon appending meanwhile waits that long (its appends wait up to
+``arenad.daemon.daemon.DAEMON_LOCK_WAIT_S`` rather than fail a cell's step). Holding the
+lock under a second at that size needs the cells written in transactions of their own with
+the daemon gated on the campaign's record (the runnable query and the read models counting
+a campaign only once its ``campaign.submitted`` is in the log, a rerun completing an
+interrupted submit): not done here (issue 33).
 """
 
 from __future__ import annotations

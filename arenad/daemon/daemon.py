@@ -83,6 +83,13 @@ from events.control import (
 )
 from events.specs import arm_of, campaign_of
 
+# How long the daemon's appends wait for another writer's transaction. `arenad submit`
+# writes a campaign in one transaction (all or nothing): at 100 000 cells it held the lock
+# 13-25 s on a loaded 2-core machine (bench/submit.py), past SQLite's usual 10 s, and an
+# append that gives up fails a running cell's step (a crash record). The daemon waits
+# instead; a lock held longer than this is a stuck writer, and the step fails as before.
+DAEMON_LOCK_WAIT_S = 300.0
+
 log = logging.getLogger("arenad.daemon")
 
 # `daemon --until-idle`'s exit status when it went idle because campaigns are held at their
@@ -980,7 +987,7 @@ async def run_daemon(
     limits.raise_open_files()
     capacity = await asyncio.to_thread(limits.capacity)
     with DaemonLease(home.lock_path) as lease, pidfd_child_watcher():
-        async with open_store(home, faults=faults) as store:
+        async with open_store(home, faults=faults, lock_wait_s=DAEMON_LOCK_WAIT_S) as store:
             daemon = Daemon(
                 store,
                 home,
