@@ -9,12 +9,12 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from arenad.arms.documents import has_result_json, run_documents
+from arenad.arms.documents import document_streams, documented_attempt, run_documents
 from arenad.atomic import write_atomically
+from arenad.cell.kinds import kind_of_arm
 from arenad.errors import UserError
 from arenad.home import Home, open_store
 from arenad.readmodels.view import cells_view
-from events.streams import ingest_stream
 
 
 async def export_artifacts(home: Home, cell_ids: Sequence[str]) -> list[str]:
@@ -31,13 +31,18 @@ async def export_artifacts(home: Home, cell_ids: Sequence[str]) -> list[str]:
             state = states[cell_id]
             if state.run_dir is None:
                 continue  # never materialized: no run dir, no document
-            ingested = (
-                await store.read_stream(ingest_stream(cell_id, state.attempt))
-                if has_result_json(state)
-                else []
-            )
-            for name, data in run_documents(state, ingested).items():
-                path = Path(state.run_dir) / name
+            # The current attempt, as the attempts fold records it from its documents' streams.
+            n = state.attempt
+            streams = document_streams(cell_id, n, kind_of_arm(state.spec.arm))
+            found = documented_attempt(await store.read_streams(streams), n)
+            if found is None:
+                continue
+            spec, attempt = found
+            run_dir = attempt.run_dir
+            if run_dir is None:
+                continue
+            for name, data in run_documents(spec, attempt).items():
+                path = Path(run_dir) / name
                 await asyncio.to_thread(write_atomically, path, data)
                 written.append(str(path))
         return written

@@ -28,6 +28,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from arenad.arms.evidence import InfraCause, infra_cause
+from arenad.cell.attempts import Attempt
 from arenad.cell.machine import CellState, CellStatus
 from arenad.errors import ArenadError
 from arenad.ingest import WatchSource, file_source
@@ -56,6 +57,10 @@ class ProvenanceError(ArenadError):
 
 IngestReader = Callable[[], Awaitable[Sequence[Recorded | Event]]]
 """Reads the attempt's ingest stream (only arms whose rules need it call it)."""
+
+AttemptReader = Callable[[], Awaitable[Attempt]]
+"""Reads the attempt as the attempts fold records it, from the committed log (only arms
+that leave a document beside the run call it: :mod:`arenad.arms.documents`)."""
 
 
 class ArmContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -235,7 +240,7 @@ class Arm(abc.ABC):
         )
 
     async def after_recovered(
-        self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
+        self, site: Site, ctx: ArmContext, read_attempt: AttemptReader
     ) -> None:
         """What the arm leaves beside a recovered run (after its CellRecovered commit)."""
         return None

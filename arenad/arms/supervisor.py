@@ -26,6 +26,7 @@ from arenad.arms.base import (
     AgentCommand,
     Arm,
     ArmContext,
+    AttemptReader,
     IngestReader,
     Outcome,
     ProvenanceError,
@@ -293,9 +294,9 @@ class SupervisorArmRunner(Arm):
         return recovered_events(ctx.cell_id, ctx.attempt, db_path, ingested, cwds, result)
 
     async def after_recovered(
-        self, site: Site, ctx: ArmContext, state: CellState, read_ingested: IngestReader
+        self, site: Site, ctx: ArmContext, read_attempt: AttemptReader
     ) -> None:
-        doc = result_json_bytes(state, await read_ingested())
+        doc = result_json_bytes(ctx.spec, await read_attempt())
         await site.call_blocking(write_documents_step, str(ctx.run_dir), {RESULT_JSON: doc})
 
 

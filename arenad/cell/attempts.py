@@ -2,9 +2,10 @@
 
 ``attempts(records)`` turns the recorded events of ONE cell (its ``cell/<id>`` stream and
 any of its ``capture/<id>/<n>`` and ``ingest/<id>/<n>`` streams) into one frozen
-:class:`Attempt` per attempt, in attempt order. The ledger, the report, the export and the
-view's cell page read it, so "what attempt n's run, verdict and spend were" is decided in
-one place; the machine's fold (:mod:`arenad.cell.machine`) stays the cell's *current* state.
+:class:`Attempt` per attempt, in attempt order. The ledger, the report, the export, the
+view's cell page and the run-dir documents (:mod:`arenad.arms.documents`) read it, so
+"what attempt n's run, verdict and spend were" is decided in one place; the machine's
+fold (:mod:`arenad.cell.machine`) stays the cell's *current* state.
 
 The rules, the same for every reader:
 

@@ -15,6 +15,8 @@ import logging
 
 from arenad.arms.documents import (
     RESULT_JSON,
+    document_streams,
+    documented_attempt,
     has_result_json,
     result_json_bytes,
     write_documents_step,
@@ -24,7 +26,6 @@ from arenad.home import Home
 from arenad.readmodels.view import CellsView
 from arenad.runs.executor import Executor
 from arenad.store.base import EventStore
-from events.streams import ingest_stream
 
 log = logging.getLogger("arenad.daemon")
 
@@ -34,33 +35,47 @@ async def rewrite_missing_documents(
 ) -> list[str]:
     """Write result.json for every recovered supervisor cell whose run dir lacks it; the
     paths written. Only the cells whose file is missing are read from the log (a stat per
-    recovered supervisor cell, then one fold each). Run dirs on other machines (a cluster
-    executor) are left to ``arenad export-artifacts``: looking at each would start a site
-    per finished cell."""
+    recovered supervisor cell, then one read of its documents' streams and the attempts
+    fold). Run dirs on other machines (a cluster executor) are left to ``arenad
+    export-artifacts``: looking at each would start a site per finished cell."""
     if executor.kind != "local":
         return []
     candidates = {
-        str(r["cell_id"]): home.run_dir(
-            str(r["campaign"]),
-            int(r["rep"]),
+        str(r["cell_id"]): (
             int(r["attempt"]),
-            str(r["instance_id"]),
-            str(r["arm"]),
+            kind_of(str(r["arm_kind"])),
+            home.run_dir(
+                str(r["campaign"]),
+                int(r["rep"]),
+                int(r["attempt"]),
+                str(r["instance_id"]),
+                str(r["arm"]),
+            ),
         )
         for r in await cells.rows()
         if r["state"] == "recovered" and kind_of(str(r["arm_kind"])).result_document
     }
 
     def lacking() -> list[str]:
-        return [c for c, d in candidates.items() if d.is_dir() and not (d / RESULT_JSON).exists()]
+        return [
+            c
+            for c, (_, _, d) in candidates.items()
+            if d.is_dir() and not (d / RESULT_JSON).exists()
+        ]
 
     written: list[str] = []
-    for cell_id, state in (await cells.states(await asyncio.to_thread(lacking))).items():
-        if not has_result_json(state) or state.run_dir is None:
+    for cell_id in await asyncio.to_thread(lacking):
+        n, kind, _ = candidates[cell_id]
+        found = documented_attempt(await store.read_streams(document_streams(cell_id, n, kind)), n)
+        if found is None:
             continue
-        ingested = await store.read_stream(ingest_stream(cell_id, state.attempt))
-        doc = result_json_bytes(state, ingested)
-        site = await executor.site(cell_id, state.attempt, state.spec)
-        written += await site.call_blocking(write_documents_step, state.run_dir, {RESULT_JSON: doc})
+        spec, attempt = found
+        if not has_result_json(spec, attempt) or attempt.run_dir is None:
+            continue
+        doc = result_json_bytes(spec, attempt)
+        site = await executor.site(cell_id, n, spec)
+        written += await site.call_blocking(
+            write_documents_step, attempt.run_dir, {RESULT_JSON: doc}
+        )
         log.info("%s: wrote its missing %s from the log", cell_id, RESULT_JSON)
     return written

@@ -45,8 +45,11 @@ from arenad.arms import (
     before_start_step,
     prepare_step,
 )
-from arenad.arms.base import stream_objects
+from arenad.arms.base import AttemptReader, stream_objects
+from arenad.arms.documents import document_streams, documented_attempt
 from arenad.arms.evidence import budget_stop
+from arenad.cell.attempts import Attempt
+from arenad.cell.kinds import kind_of_arm
 from arenad.cell.machine import SHUTDOWN_REASON, CellState, CellStatus, apply
 from arenad.cell.overdue import STEP_LIMITS_S
 from arenad.cell.retry import RetryPolicy, policy_retry
@@ -325,6 +328,21 @@ class CellRunner:
 
     def _ingested(self, attempt: int, sink: IngestSink | None = None) -> _IngestedReader:
         return _IngestedReader(self.store, ingest_stream(self.cell_id, attempt), sink)
+
+    def _read_attempt(self, state: CellState) -> AttemptReader:
+        """The current attempt as the attempts fold records it, for the documents an arm
+        leaves after the attempt's commit. The walk holds the machine's state, not the
+        records: they are read when an arm asks (one read of the streams its documents are
+        folded from, once per attempt; no other arm pays it), so the runner writes what the
+        daemon's restart and ``arenad export-artifacts`` write, from the same records."""
+        streams = document_streams(self.cell_id, state.attempt, kind_of_arm(state.spec.arm))
+
+        async def read() -> Attempt:
+            found = documented_attempt(await self.store.read_streams(streams), state.attempt)
+            assert found is not None, "read after the attempt's commit"
+            return found[1]
+
+        return read
 
     # -- steps -------------------------------------------------------------------
 
@@ -851,7 +869,7 @@ class CellRunner:
         reader = self._ingested(state.attempt)
         captures, recovered = await self._recovered(site, ctx, state, reader)
         state = await self._append_recovered(events, captures, recovered)
-        await self.arm.after_recovered(site, ctx, state, reader)
+        await self.arm.after_recovered(site, ctx, self._read_attempt(state))
 
     async def _append(
         self, events: Sequence[Event], also: Sequence[AppendRequest] = ()
@@ -990,7 +1008,7 @@ class CellRunner:
         await self._append_with(events, also)
         if site is not None:
             # What the arm leaves beside a recovered run (result.json), for this attempt.
-            await self.arm.after_recovered(site, self._context(state), failed, reader)
+            await self.arm.after_recovered(site, self._context(state), self._read_attempt(state))
         await self.executor.done_with(self.cell_id, state.attempt)
 
     async def _fail(

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from arenad.arms import ArmContext, arm_for
-from arenad.arms.documents import result_json_bytes
+from arenad.arms.documents import documented_attempt, result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
 from arenad.campaign import load_campaign
 from arenad.cell import supervisor_figures as figures
-from arenad.cell.machine import fold
 from arenad.js import js_stringify_indented
 from arenad.runs.executor import Tools
 from events import cell as ev
@@ -35,7 +34,7 @@ from tests.arms.support import (
     supervisor_files,
 )
 from tests.conftest import make_repo
-from tests.daemon.support import env_with, submitted
+from tests.daemon.support import env_with, read_all, submitted
 
 CELL = "sup:i1:SUP:0"
 
@@ -199,9 +198,13 @@ def test_result_json_is_the_log_s_projection_and_a_restart_writes_it_again(
     home, cell, ingest = _run(tmp_path, "ok")
     run_dir = Path(_one(cell, ev.RunStarted).stdout_path).parent  # type: ignore[attr-defined]
     original = (run_dir / "result.json").read_bytes()
-    state = fold([(e, 0) for e in cell])
-    assert state is not None
-    assert original == result_json_bytes(state, ingest)
+    # What the runner wrote is the documents' projection of the attempts fold, from the log.
+    streams = (f"cell/{CELL}", f"ingest/{CELL}/1")
+    found = documented_attempt([r for r in read_all(home) if r.stream in streams], 1)
+    assert found is not None
+    assert original == result_json_bytes(*found)
+    assert found[1].ingested is not None
+    assert [r.event for r in found[1].ingested] == ingest
     doc = json.loads(original)
     assert doc["scored"] is True and doc["not_scored_reason"] is None
     assert isinstance(doc["wall_s"], int)

@@ -3,8 +3,9 @@
 Unit tests read a real SQLite log (the report's hand-worked arena); the property walks the
 cell machine at random (every generated log is one the machine accepts) and holds the fold
 to the machine on the current attempt, to the log on every record's attempt, and to the
-same answer whatever order the records come in. The last test holds the readers to it: no
-module outside the fold declares its own per-attempt fold of the run's events.
+same answer whatever order the records come in. The last tests hold the readers to it: no
+module outside the fold declares its own per-attempt fold of the run's events, and the
+run-dir documents read an attempt of the fold, not the machine's current-attempt state.
 """
 
 from __future__ import annotations
@@ -312,7 +313,8 @@ def test_the_fold_agrees_with_the_machine_and_the_log(
 # --------------------------------------------------------------------------- one fold
 
 # Modules that fold a run's events per attempt for a reason of their own; any other module
-# that does must read arenad.cell.attempts instead.
+# that does must read arenad.cell.attempts instead (as the ledger, the report, the export,
+# the view's cell page and the run-dir documents do).
 OWN_FOLDS = {
     # The cell machine: the current attempt's state, checked transition by transition.
     "arenad/cell/machine.py",
@@ -365,3 +367,15 @@ def test_no_other_module_folds_attempts() -> None:
     assert folds - OWN_FOLDS == set(), "read arenad.cell.attempts instead of folding attempts"
     # Each exception still folds (a stale entry would let a new fold in under its name).
     assert OWN_FOLDS - folds == set()
+
+
+# The run-dir documents (result.json, judge.json), whoever writes them (the runner, the
+# daemon at start, export-artifacts): a projection of one attempt of the fold.
+DOCUMENTS = "arenad/arms/documents.py"
+
+
+def test_the_run_dir_documents_read_the_fold() -> None:
+    tree = ast.parse((REPO / DOCUMENTS).read_text(), filename=DOCUMENTS)
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "arenad.cell.attempts" in imported
+    assert "arenad.cell.machine" not in imported, "documents read an Attempt, not CellState"

@@ -17,11 +17,10 @@ import msgspec
 import pytest
 
 from arenad.arms import ARMS
-from arenad.arms.documents import has_result_json
+from arenad.arms.documents import documented_attempt, has_result_json
 from arenad.budget.spend import SpendFold
 from arenad.campaign.load import ArmFile
 from arenad.cell.kinds import KINDS, ArmKind, harness_of, kind_of, kind_of_arm, run_model
-from arenad.cell.machine import fold
 from arenad.cell.spend import run_cost
 from arenad.ledger.project import new_stats, project_cell
 from arenad.readmodels.cells import spend_extras
@@ -137,8 +136,11 @@ def test_the_ledger_writes_its_agent_line(review_row: ArmKind) -> None:
 
 def test_it_writes_no_result_document(review_row: ArmKind) -> None:
     events: list[Event] = [ev.CellSubmitted(spec=SPEC), *_run_events("/r", spend=ev.SpendFigures())]
-    state = fold([(e, T0 + i) for i, e in enumerate(events)])
-    assert state is not None and not has_result_json(state)
+    records = [
+        Recorded(i, f"cell/{SPEC.cell_id}", i, "x", 1, T0 + i, e) for i, e in enumerate(events)
+    ]
+    found = documented_attempt(records, 1)
+    assert found is not None and not has_result_json(*found)
 
 
 def test_its_store_is_recovered_as_its_row_says(review_row: ArmKind, tmp_path: Path) -> None:
