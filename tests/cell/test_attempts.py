@@ -323,6 +323,8 @@ OWN_FOLDS = {
     # share the attempt routing (attempt_key) and the cost rule (run_cost).
     "arenad/budget/spend.py",
     "arenad/readmodels/progress.py",
+    # The spend read model, kept in the append's transaction: one append's events at a time.
+    "arenad/readmodels/spend.py",
 }
 RUN_FACTS = {"RunStarted"}
 SETTLED_FACTS = {"RunCompleted", "CellVerified", "CellRecovered", "CellFailed"}
