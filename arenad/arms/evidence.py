@@ -33,6 +33,8 @@ from typing import Any
 
 import msgspec
 
+from arenad.gateway.reconcile import answered
+
 # A model step that completed (the agent had its turn).
 COMPLETED_TYPES = frozenset({"step_finish", "text", "tool_use"})
 CAUSE_CHARS = 300
@@ -118,15 +120,17 @@ def _call_cause(call: Mapping[str, Any]) -> str | None:
     ``timeout`` / ``refused: …`` when no answer came, and beside a 200 ``upstream error in
     its stream: …``, ``timeout mid-answer``, ``cut mid-answer: …`` or ``stream ended
     before its end event``."""
+    if answered(call):
+        return None
     upstream = call.get("upstream")
     upstream = upstream if isinstance(upstream, dict) else {}
     status = upstream.get("status")
     error = upstream.get("error")
     code = status if isinstance(status, int) and not isinstance(status, bool) else None
     if code is not None and code < 400:
-        # A 200 whose stream carried the provider's error event, timed out or was cut
-        # before its end: the gateway saw the provider fail mid-answer.
-        return f"provider failed mid-answer (HTTP {code}): {error}" if error else None
+        # Not answered despite a success status (reconcile.answered, the one rule): its
+        # stream carried the provider's error event, timed out or was cut before its end.
+        return f"provider failed mid-answer (HTTP {code}): {error}"
     if code in (401, 403):
         message = _upstream_message(call, "unauthorized")
         return f"provider refused the credentials (HTTP {code}): {message}"
