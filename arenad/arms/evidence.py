@@ -11,8 +11,8 @@ process it starts) writes there what it likes, and ``Error: connect ECONNREFUSED
 127.0.0.1:443`` printed by a command that then exits 1 is that command's failure, not the
 provider's. An arm with ``uses_model = false`` has no provider to blame, so its failures
 are always its own (``arenad.arms.command``); a supervisor's driver has no structured
-stream of its model calls, so its failures are its own until the model gateway's records
-can say otherwise.
+stream of its model calls, so its failures are its own unless the model gateway's records
+of its workers' (and its own) calls say otherwise (:func:`gateway_cause`).
 
 Shapes read (opencode 1.18 ``run --format json``): after its own retries (about 70 s for a
 retryable error) opencode prints one line
