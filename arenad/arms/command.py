@@ -21,6 +21,7 @@ from arenad.gateway import paths as gateway_paths
 from arenad.gateway.cell import point_command_env
 from arenad.ingest import Mode, WatchSource, file_source
 from arenad.runs.executor import Site
+from arenad.sandbox.cellenv import cell_paths
 from events.specs import CommandArm
 
 
@@ -57,6 +58,9 @@ class CommandArmRunner(Arm):
                 env,
                 arm_env=self.spec.env,
                 gateway_env=ctx.env,
+                # The campaign's price table (the cell's opencode config) prices its model.
+                config_path=Path(cell_paths(ctx.run_dir).opencode_config),
+                model=self.spec.model,
                 campaign_cap_usd=ctx.campaign_cap_usd,
                 campaign_spent_usd=ctx.campaign_spent_usd,
             )

@@ -11,8 +11,8 @@ process it starts) writes there what it likes, and ``Error: connect ECONNREFUSED
 127.0.0.1:443`` printed by a command that then exits 1 is that command's failure, not the
 provider's. An arm with ``uses_model = false`` has no provider to blame, so its failures
 are always its own (``arenad.arms.command``); a supervisor's driver has no structured
-stream of its model calls, so its failures are its own until the model gateway's records
-can say otherwise.
+stream of its model calls, so its failures are its own unless the model gateway's records
+of its workers' (and its own) calls say otherwise (:func:`gateway_cause`).
 
 Shapes read (opencode 1.18 ``run --format json``): after its own retries (about 70 s for a
 retryable error) opencode prints one line
@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
+
+from arenad.gateway.reconcile import answered
 
 # A model step that completed (the agent had its turn).
 COMPLETED_TYPES = frozenset({"step_finish", "text", "tool_use"})
@@ -118,15 +120,17 @@ def _call_cause(call: Mapping[str, Any]) -> str | None:
     ``timeout`` / ``refused: …`` when no answer came, and beside a 200 ``upstream error in
     its stream: …``, ``timeout mid-answer``, ``cut mid-answer: …`` or ``stream ended
     before its end event``."""
+    if answered(call):
+        return None
     upstream = call.get("upstream")
     upstream = upstream if isinstance(upstream, dict) else {}
     status = upstream.get("status")
     error = upstream.get("error")
     code = status if isinstance(status, int) and not isinstance(status, bool) else None
     if code is not None and code < 400:
-        # A 200 whose stream carried the provider's error event, timed out or was cut
-        # before its end: the gateway saw the provider fail mid-answer.
-        return f"provider failed mid-answer (HTTP {code}): {error}" if error else None
+        # Not answered despite a success status (reconcile.answered, the one rule): its
+        # stream carried the provider's error event, timed out or was cut before its end.
+        return f"provider failed mid-answer (HTTP {code}): {error}"
     if code in (401, 403):
         message = _upstream_message(call, "unauthorized")
         return f"provider refused the credentials (HTTP {code}): {message}"

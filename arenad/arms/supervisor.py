@@ -31,12 +31,15 @@ from arenad.arms.base import (
     Outcome,
     ProvenanceError,
     q,
+    stream_objects,
 )
 from arenad.arms.documents import RESULT_JSON, result_json_bytes, write_documents_step
-from arenad.arms.evidence import InfraCause
+from arenad.arms.evidence import InfraCause, gateway_cause
 from arenad.atomic import write_atomically
 from arenad.cell import supervisor_figures as figures
 from arenad.cell.machine import CellState
+from arenad.gateway import paths as gateway_paths
+from arenad.gateway.cell import point_opencode
 from arenad.ingest.watcher import (
     GlobSelection,
     RootResolver,
@@ -182,15 +185,16 @@ class SupervisorArmRunner(Arm):
                 "exec " + " ".join(map(q, driver)),
             ]
         )
+        env, uses_secrets = self._pointed_env(ctx)
         ws = str(ctx.workspace)
         binary = self.spec.opencode_bin
         return AgentCommand(
             argv=["bash", "-c", script],
             cwd=ws,
-            env=ctx.env,
+            env=env,
             timeout_s=self.spec.timeout_s,
             kill_grace_s=self.spec.kill_grace_s,
-            uses_secrets=True,
+            uses_secrets=uses_secrets,
             # The store init may fail (reported, not fatal); the driver must start.
             executables=driver[:1],
             # The driver and its workers see the loops checkout read-only, and the opencode
@@ -199,10 +203,52 @@ class SupervisorArmRunner(Arm):
             read_write=[str(brain)],
         )
 
+    def _pointed_env(self, ctx: ArmContext) -> tuple[dict[str, str], bool]:
+        """(the driver's env, whether it runs under the secrets wrapper).
+
+        With the gateway, the cell's opencode config is pointed at it as a solo arm's is
+        (:func:`arenad.gateway.cell.point_opencode`): the workers the driver starts inherit
+        its env, whose ``OPENCODE_CONFIG`` is that copy, so each provider's ``baseURL`` names
+        the gateway and its ``apiKey`` the attempt's token. The driver's own model is pointed
+        the same way when its provider is one of the config's; then no key enters the cell
+        (no wrapper, the key variables dropped). A driver whose model's provider the config
+        does not name keeps the wrapper, so it still reaches its provider itself."""
+        if not self._through_gateway(ctx) or ctx.dry_run:
+            return ctx.env, True
+        pointed = point_opencode(
+            Path(ctx.home_root),
+            Path(cell_paths(ctx.run_dir).opencode_config),
+            ctx.spec,
+            ctx.cell_id,
+            ctx.attempt,
+            ctx.env,
+            campaign_cap_usd=ctx.campaign_cap_usd,
+            campaign_spent_usd=ctx.campaign_spent_usd,
+        )
+        if pointed is None:
+            return ctx.env, True
+        driver_provider = self.spec.driver_model.partition("/")[0]
+        if driver_provider not in pointed.providers:
+            return ctx.env, True
+        return {k: v for k, v in ctx.env.items() if k not in pointed.key_names}, False
+
+    def _through_gateway(self, ctx: ArmContext) -> bool:
+        return ctx.spec.gateway.kind == "gateway" and bool(ctx.home_root)
+
     def watch_sources(self, ctx: ArmContext) -> list[WatchSource]:
         """The supervisor run dir (journal, workers, progress, state.json) and brain.jsonl;
-        the driver's own stdout is a log, not a stream of facts."""
-        return [supervisor_source(ctx.workspace), file_source("brain", ctx.run_dir / "brain.jsonl")]
+        the driver's own stdout is a log, not a stream of facts. With the gateway, its
+        journal of this attempt's calls too (source ``gateway``)."""
+        sources = [
+            supervisor_source(ctx.workspace),
+            file_source("brain", ctx.run_dir / "brain.jsonl"),
+        ]
+        if self._through_gateway(ctx):
+            journal = gateway_paths.attempt_journal(
+                Path(ctx.home_root), ctx.spec.campaign, ctx.cell_id, ctx.attempt
+            )
+            sources.append(file_source("gateway", journal))
+        return sources
 
     def before_start(self, ctx: ArmContext) -> list[Event]:
         return [self.provenance(ctx)]
@@ -255,11 +301,12 @@ class SupervisorArmRunner(Arm):
     async def infra_cause(
         self, site: Site, ctx: ArmContext, read_ingested: IngestReader
     ) -> InfraCause | None:
-        """Never, today: the driver's model calls leave no structured error events (its
-        brain log holds per-request stats), and its stderr is written by processes the
-        agent runs, so it is no evidence (:mod:`arenad.arms.evidence`). The model gateway's
-        records are where a supervisor's provider failure will be read from."""
-        return None
+        """From the model gateway's records of its calls only (every call failed upstream,
+        as for solo). Without them, never: the driver's model calls leave no structured
+        error events (its brain log holds per-request stats), and its stderr is written by
+        processes the agent runs, so it is no evidence (:mod:`arenad.arms.evidence`)."""
+        calls = stream_objects(await read_ingested(), "gateway")
+        return gateway_cause(calls) if calls else None
 
     def outcome(self, state: CellState) -> Outcome:
         """The reference's rule: driver exit 0, in time, AND state.json status ``completed``."""

@@ -82,7 +82,8 @@ KINDS: dict[str, ArmKind] = {
         journal_lines=True,
         result_document=True,
         store_figures="spend",
-        gateway=False,
+        # Its workers' opencode config names the gateway (issue 31).
+        gateway=True,
     ),
     "command": ArmKind(
         reports_cost=False,

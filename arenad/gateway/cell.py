@@ -59,6 +59,55 @@ def _prices(models: Any) -> dict[str, Price]:
     return out
 
 
+def _price_of(
+    providers: Mapping[str, Any], provider_id: str, model_id: str
+) -> tuple[str, Price] | None:
+    """(upstream id, price) of the first model of ``provider_id`` (any: "") whose key or
+    upstream ``id`` is ``model_id`` and that has a ``cost`` block."""
+    for pid, block in providers.items():
+        models = block.get("models") if isinstance(block, dict) else None
+        if (provider_id and pid != provider_id) or not isinstance(models, dict):
+            continue
+        for key, entry in models.items():
+            priced = _prices({key: entry})
+            if priced and model_id in (key, *priced):
+                return next(iter(priced.items()))
+    return None
+
+
+def command_prices(
+    config: Mapping[str, Any], model: str | None
+) -> tuple[dict[str, Price], str | None]:
+    """(the price table of a command arm's calls, why any other call is unpriced). Pure.
+
+    A command arm is priced as a solo arm is, from the campaign's price table (the ``cost``
+    blocks of the providers in the cell's opencode config), but only for the model it names
+    (``model``, its ``{model}`` placeholder): any CLI may call what it likes, and only a model
+    the campaign file declares says which table entry it is. ``provider/id`` names a
+    provider's model, a bare id any provider's model of that key or upstream ``id``. The
+    table holds the model's upstream id and the name as the arm gave it (a CLI may send
+    either). No model, or none with a price: an empty table and the reason, recorded beside
+    each call's null ``cost_usd`` (never a 0)."""
+    if not model:
+        return {}, "the command arm names no model (its `model` key), so no price applies"
+    providers = config.get("provider")
+    providers = providers if isinstance(providers, dict) else {}
+    # ``provider/id`` first; then the whole name as a bare id (``org/model`` is one).
+    provider_id, _, model_id = model.partition("/")
+    named = [(provider_id, model_id)] if model_id else []
+    found: tuple[str, Price] | None = None
+    for only, wanted in [*named, ("", model)]:
+        found = found or _price_of(providers, only, wanted)
+    if found is None:
+        return {}, (
+            f"no price for the command arm's model {model!r} in the campaign's price table"
+            " (the providers' cost blocks of the opencode config)"
+        )
+    upstream_id, price = found
+    table = dict.fromkeys([model, *(m for _, m in named), upstream_id], price)
+    return table, f"only the command arm's model {model!r} is priced"
+
+
 def attempt_grant(
     config: Mapping[str, Any],
     spec: CellSpec,
@@ -129,6 +178,18 @@ def _fill(value: Any, base: str, token: str) -> Any:
     if isinstance(value, str) and value.startswith("{gateway}/u/"):
         return base + value.removeprefix("{gateway}")
     return value
+
+
+def _read_config(path: Path | None) -> dict[str, Any]:
+    """The opencode config at ``path``; {} when there is none or it is not a JSON object
+    (then nothing is priced, and the calls say why)."""
+    if path is None:
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def point_opencode(
@@ -225,6 +286,8 @@ def command_grant(
     key_files: list[str],
     *,
     arm_env: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    model: str | None = None,
     campaign_cap_usd: float | None = None,
     campaign_spent_usd: float = 0.0,
 ) -> tuple[Grant, dict[str, str]]:
@@ -234,8 +297,9 @@ def command_grant(
     conventional provider's upstream is the base URL its variable named, else the
     provider's public endpoint; its key is read by the gateway by the variable's name (its
     own env, the campaign's secrets env files), or, when the arm's own env (``arm_env``,
-    from the campaign file) gave it literally, moved into the grant. No price is known (no
-    config names one): the calls' cost is recorded as unknown, never 0."""
+    from the campaign file) gave it literally, moved into the grant. Its calls are priced
+    for the arm's ``model`` from the cell's opencode ``config`` (:func:`command_prices`);
+    any other call's cost is unknown, with the grant's reason, never 0."""
     arm_env = arm_env or {}
     upstreams: dict[str, Upstream] = {}
     pointed = dict(env)
@@ -252,12 +316,14 @@ def command_grant(
             pointed.pop(alias, None)
         pointed[p.base_var] = f"{{gateway}}/u/{p.name}" + ("/v1" if not p.version_suffix else "")
         pointed[p.key_var] = "{token}"
+    prices, unpriced = command_prices(config or {}, model)
     grant = Grant(
         campaign_id=spec.campaign,
         cell_id=cell_id,
         attempt=attempt,
         upstreams=upstreams,
-        prices={},
+        prices=prices,
+        unpriced_reason=unpriced,
         max_usd=spec.gateway.max_usd,
         max_tokens=spec.gateway.max_tokens,
         campaign_max_usd=campaign_cap_usd,
@@ -276,12 +342,15 @@ def point_command_env(
     *,
     arm_env: Mapping[str, str] | None = None,
     gateway_env: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+    model: str | None = None,
     campaign_cap_usd: float | None = None,
     campaign_spent_usd: float = 0.0,
 ) -> PointedEnv:
     """Start (or adopt) the gateway, issue the attempt's grant, and return the agent's env
     pointed at it (:func:`command_grant`). ``gateway_env``: the environment a gateway
-    started here gets (default ``env``)."""
+    started here gets (default ``env``); ``config_path``: the cell's copy of the opencode
+    config, whose price table prices the arm's ``model``."""
     secrets = spec.secrets
     key_files = [os.path.join(secrets.dir, f) for f in secrets.env_files] if secrets else []
     grant, pointed = command_grant(
@@ -291,6 +360,8 @@ def point_command_env(
         attempt,
         key_files,
         arm_env=arm_env,
+        config=_read_config(config_path),
+        model=model,
         campaign_cap_usd=campaign_cap_usd,
         campaign_spent_usd=campaign_spent_usd,
     )

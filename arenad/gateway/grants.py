@@ -63,6 +63,10 @@ class Grant(msgspec.Struct, frozen=True, kw_only=True):
     # "default" answers /v1/...; another name answers /u/<name>/v1/...
     upstreams: dict[str, Upstream]
     prices: dict[str, Price] = {}
+    # Why a call to a model without a price in ``prices`` cannot be priced (a command arm
+    # that names no model, or whose model the campaign's price table lacks); None: the
+    # generic reason. Recorded beside the call's null ``cost_usd`` as ``unpriced``.
+    unpriced_reason: str | None = None
     max_usd: float | None = None
     max_tokens: int | None = None
     campaign_max_usd: float | None = None

@@ -70,9 +70,22 @@ def gateway_calls(records: Iterable[Recorded]) -> list[dict[str, Any]]:
 
 
 def answered(call: Mapping[str, Any]) -> bool:
-    """The upstream answered the call (not refused at a cap, no error status)."""
-    status = _object(call.get("upstream")).get("status")
-    return not call.get("refused") and isinstance(status, int) and status < 400
+    """The upstream answered the call whole: not refused at a cap, no error status, and no
+    ``upstream.error`` beside a success status (a 200 whose stream carried the provider's
+    error event, timed out, was cut or ended before its end event failed mid-answer).
+
+    The one rule: the failure classification (``arenad.arms.evidence.gateway_cause``) and
+    these sums (ledger, report, view) both ask it, so a call the classification calls failed
+    is never counted here as answered, nor its partial usage as spent."""
+    upstream = _object(call.get("upstream"))
+    status = upstream.get("status")
+    return (
+        not call.get("refused")
+        and isinstance(status, int)
+        and not isinstance(status, bool)
+        and status < 400
+        and not upstream.get("error")
+    )
 
 
 def gateway_figures(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

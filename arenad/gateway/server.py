@@ -360,13 +360,18 @@ class Gateway:
             attempt.in_flight -= 1
             campaign.in_flight -= 1
         usage = entry.get("usage")
-        price = grant.prices.get(str(body.get("model")))
+        model = str(body.get("model"))
+        price = grant.prices.get(model)
         if isinstance(usage, dict):
             figures = record.Usage(**usage)
             entry["cost_usd"] = record.cost_usd(figures, price)
         else:
             entry["cost_usd"] = None
         entry["priced"] = price is not None
+        if price is None:
+            # A null cost says why it is unknown, never silently (and never 0).
+            why = grant.unpriced_reason or f"no price for model {model!r} in the price table"
+            entry["unpriced"] = why[:300]
         entry["ended_at_ms"] = int(time.time() * 1000)
         self._journal(grant, entry)
         _account(attempt, entry)

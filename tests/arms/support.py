@@ -150,10 +150,15 @@ def supervisor_files(sup_dir: Path) -> list[str]:
     return sorted(found)
 
 
-def assert_files_ingested_exactly(events: list[Event], sup_dir: Path, brain: Path) -> None:
-    """Every selected file on disk, and no other, reproduced byte for byte by its events."""
+def assert_files_ingested_exactly(
+    events: list[Event], sup_dir: Path, brain: Path, gateway: Path | None = None
+) -> None:
+    """Every selected file on disk, and no other, reproduced byte for byte by its events
+    (``gateway``: the model gateway's journal of the attempt's calls, when it has one)."""
     on_disk = {("supervisor", rel): sup_dir / rel for rel in supervisor_files(sup_dir)}
     on_disk[("brain", brain.name)] = brain
+    if gateway is not None:
+        on_disk[("gateway", gateway.name)] = gateway
     assert set(line_events(events)) == set(on_disk)
     for (source, rel), file in on_disk.items():
         assert ingested_bytes(events, source, rel) == file.read_bytes(), rel
@@ -179,7 +184,9 @@ def live_group_members(pgid: int) -> list[int]:
     return live
 
 
-def assert_closed_once(events: list[Event], sup_dir: Path, brain: Path) -> None:
+def assert_closed_once(
+    events: list[Event], sup_dir: Path, brain: Path, gateway: Path | None = None
+) -> None:
     """One IngestionClosed, after everything else, naming each watched file's final size."""
     closed = [e for e in events if isinstance(e, IngestionClosed)]
     assert len(closed) == 1 and events[-1] is closed[0], closed
@@ -189,4 +196,6 @@ def assert_closed_once(events: list[Event], sup_dir: Path, brain: Path) -> None:
     if (sup_dir / "state.json").is_file():
         sizes["supervisor:state.json"] = (sup_dir / "state.json").stat().st_size
     sizes[f"brain:{brain.name}"] = brain.stat().st_size
+    if gateway is not None:
+        sizes[f"gateway:{gateway.name}"] = gateway.stat().st_size
     assert closed[0].files == sizes

@@ -13,8 +13,10 @@ from arenad.arms.documents import documented_attempt, result_json_bytes
 from arenad.arms.supervisor import STORE_INIT_FAILED, join_driver_log_step
 from arenad.campaign import load_campaign
 from arenad.cell import supervisor_figures as figures
+from arenad.gateway import process as gateway_process
 from arenad.js import js_stringify_indented
 from arenad.runs.executor import Tools
+from arenad.sandbox.cellenv import cell_paths
 from events import cell as ev
 from events.base import Event
 from events.ingest import (
@@ -279,3 +281,54 @@ def test_prepare_removes_the_last_run_s_supervisor_state(tmp_path: Path) -> None
     arm_for(spec.arm).prepare(ctx)
     assert not (ws / ".loops").exists() and not (ws / ".agent" / "supervisor").exists()
     assert (ws / ".agent" / "notes.md").read_text() == "the agent's own"
+
+
+@pytest.mark.parametrize(
+    ("driver_model", "wrapped"), [("scripted/driver", False), ("elsewhere/driver", True)]
+)
+def test_with_the_gateway_the_workers_config_names_it_and_the_driver_when_its_provider_does(
+    tmp_path: Path, driver_model: str, wrapped: bool
+) -> None:
+    """The cell's opencode config copy (which the workers inherit) names the gateway and
+    the attempt's token; the driver loses the wrapper and the key variable only when its
+    model's provider is one the config points (issue 31)."""
+    repo, loops, home = tmp_path / "repo", tmp_path / "loops", tmp_path / "home"
+    base = make_repo(repo, {"a.txt": "a\n"})
+    make_repo(loops, {"README": "loops\n"})
+    camp = supervisor_campaign(
+        tmp_path / "c.toml",
+        name="sup",
+        repo=repo,
+        base=base,
+        loops=loops,
+        driver_model=driver_model,
+    )
+    spec = load_campaign(camp).cells[0]
+    assert spec.gateway.kind == "gateway"
+    run_dir = tmp_path / "run"
+    config_path = Path(cell_paths(run_dir).opencode_config)
+    config_path.parent.mkdir(parents=True)
+    provider = {"options": {"baseURL": "http://127.0.0.1:9/v1", "apiKey": "{env:SUP_KEY}"}}
+    config_path.write_text(json.dumps({"provider": {"scripted": provider}}))
+    env = {"SUP_KEY": "sk-never-in-the-cell", "PATH": "/usr/bin:/bin"}
+    ctx = ArmContext(
+        spec=spec,
+        cell_id=spec.cell_id,
+        attempt=1,
+        run_dir=run_dir,
+        workspace=run_dir / "ws",
+        env=env,
+        home_root=str(home),
+    )
+    try:
+        command = arm_for(spec.arm).prepare(ctx)
+        port = (home / "gateway" / "port").read_text().strip()
+    finally:
+        gateway_process.stop(home)
+    options = json.loads(config_path.read_text())["provider"]["scripted"]["options"]
+    assert options["baseURL"] == f"http://127.0.0.1:{port}/u/scripted/v1"
+    assert options["apiKey"].startswith("agw-")
+    assert command.uses_secrets is wrapped
+    assert ("SUP_KEY" in command.env) is wrapped
+    sources = [s.name for s in arm_for(spec.arm).watch_sources(ctx)]
+    assert sources == ["supervisor", "brain", "gateway"]

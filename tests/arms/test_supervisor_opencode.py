@@ -15,12 +15,15 @@ import pytest
 
 from arenad.arms.supervisor import STORE_INIT_FAILED
 from arenad.cell import supervisor_figures as figures
+from arenad.gateway import paths as gateway_paths
+from arenad.gateway.reconcile import answered, gateway_figures
 from arenad.js import js_round, js_slice
 from arenad.ledger.project import BRAIN_GAP
+from arenad.sandbox.cellenv import cell_paths
 from events import cell as ev
 from events.base import Event, Recorded
 from events.capture import AgentSessionCaptured, WorkerCwdUnmatched
-from events.ingest import FileSnapshotted, LineMalformed
+from events.ingest import FileSnapshotted, LineIngested, LineMalformed
 from tests.arms.support import (
     SUP_RUN,
     assert_closed_once,
@@ -229,14 +232,15 @@ def test_two_real_opencode_workers(
     assert "+    return a + b" in patch and "+    return a * b" in patch
 
     # Every line of every file, byte for byte, once; the half-written lines whole.
-    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
-    assert len(line_events(ingest)) == 5  # journal, progress, 2 workers, brain
+    journal = _journal(tmp_path / "home")
+    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl", journal)
+    assert len(line_events(ingest)) == 6  # journal, progress, 2 workers, brain, gateway
     assert not any(isinstance(e, LineMalformed) for e in ingest)
     assert not any(e.partial for lines in line_events(ingest).values() for e in lines)
     snapshots = [e for e in ingest if isinstance(e, FileSnapshotted)]
     assert snapshots[-1].content == (sup / "state.json").read_text()
     assert json.loads(snapshots[0].content)["status"] == "running"
-    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl", journal)
 
     # Figures derived from the ingested events.
     summary = figures.summarize(ingest)
@@ -271,6 +275,7 @@ def test_two_real_opencode_workers(
     assert {c.directory for c in captured} == set(cwds)
     assert all(c.purpose == "worker" and c.messages and c.parts for c in captured)
     assert not any(isinstance(e, WorkerCwdUnmatched) for e in capture)
+    _assert_workers_went_through_the_gateway(tmp_path / "home", run_dir, ingest, tok_in, tok_out)
 
     # result.json: the reference's SupervisorArmResult fields, from events only.
     state = json.loads((sup / "state.json").read_text())
@@ -317,6 +322,33 @@ def test_two_real_opencode_workers(
     params = json.loads((run_dir / "params.json").read_text())
     assert params["workerModel"] == "scripted/worker" and params["workspaceDir"] == str(ws)
     _assert_ledger_lines(tmp_path / "home", cell, run_dir, state, labels, cwds, tok_in, tok_out)
+
+
+def _journal(home: Path) -> Path:
+    return gateway_paths.attempt_journal(home, "supoc", CELL, 1)
+
+
+def _assert_workers_went_through_the_gateway(
+    home: Path, run_dir: Path, ingest: list[Event], tok_in: int, tok_out: int
+) -> None:
+    """Every worker model call is one gateway record of the attempt (issue 31): the cell's
+    opencode config, which the workers inherit through the driver's env, names the gateway
+    and the attempt's token, and the gateway's sums equal the workers' own store."""
+    port = (home / "gateway" / "port").read_text().strip()
+    config = json.loads(Path(cell_paths(run_dir).opencode_config).read_text())
+    options = config["provider"]["scripted"]["options"]
+    assert options["baseURL"] == f"http://127.0.0.1:{port}/u/scripted/v1"
+    assert options["apiKey"].startswith("agw-")
+    calls = [
+        json.loads(e.raw) for e in ingest if isinstance(e, LineIngested) and e.source == "gateway"
+    ]
+    assert len(calls) == 2 * STEPS  # two workers, each its edit and its final text
+    assert {c["cell_id"] for c in calls} == {CELL} and {c["attempt"] for c in calls} == {1}
+    assert all(answered(c) for c in calls)
+    assert {c["request"]["model"] for c in calls} == {"worker"}
+    sums = gateway_figures(calls)
+    assert sums["tokens_in"] == tok_in
+    assert sums["tokens_out"] + sums["tokens_reasoning"] == tok_out
 
 
 def _assert_ledger_lines(
@@ -444,8 +476,9 @@ def test_hanging_workers_are_ended_and_their_spend_is_recovered(
     assert _one(cell, ev.CellFailed).stage == "interrupted"  # type: ignore[attr-defined]
 
     sup = run_dir / "ws" / SUP_RUN
-    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl")
-    assert_closed_once(ingest, sup, run_dir / "brain.jsonl")
+    journal = _journal(tmp_path / "home")
+    assert_files_ingested_exactly(ingest, sup, run_dir / "brain.jsonl", journal)
+    assert_closed_once(ingest, sup, run_dir / "brain.jsonl", journal)
     assert figures.summarize(ingest).settled == 0
     cwds = figures.worker_cwds(ingest)  # first seen: either worker may come first
     assert sorted(cwds) == sorted(_clones(run_dir))

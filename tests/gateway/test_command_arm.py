@@ -17,7 +17,7 @@ from arenad.app import init_home
 from arenad.app.submit import submit_campaign
 from arenad.cell.retry import RetryPolicy
 from arenad.daemon.daemon import DaemonOptions, run_daemon
-from arenad.gateway import process
+from arenad.gateway import grants, process, record
 from arenad.home import Home
 from arenad.sandbox.bwrap import probe_host
 from events import cell as ev
@@ -32,6 +32,7 @@ pytestmark = [
     pytest.mark.skipif(probe_host() is None, reason="bubblewrap is not installed"),
 ]
 
+PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3}
 KEY = "sk-COMMAND-ARM-UPSTREAM-SENTINEL-4c1d"
 CELL = "gwc:i1:CMD:0"
 SCRIPT = """
@@ -87,9 +88,18 @@ def test_a_command_arm_reaches_its_model_only_through_the_gateway(
         argv=["python3", "-c", code.replace("{", "{{").replace("}", "}}")],
         verify_cmd="python3 -c 'from add import add; assert add(2, 3) == 5'",
         uses_model=True,
+        # The arm names its model, so the campaign's price table prices its calls.
+        arm_extra='model = "scripted/m"',
     )
-    # The daemon's env names the upstream the conventional way, with its real key.
-    env = {**os.environ, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": KEY}
+    # The daemon's env names the upstream the conventional way, with its real key, and the
+    # price table is the opencode config's (the cell's copy), as for a solo arm.
+    config = {"provider": {"scripted": {"models": {"m": {"cost": PRICE}}}}}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": KEY,
+        "OPENCODE_CONFIG_CONTENT": json.dumps(config),
+    }
 
     async def go() -> None:
         await init_home(Home(home))
@@ -113,7 +123,9 @@ def test_a_command_arm_reaches_its_model_only_through_the_gateway(
     ]
     assert len(calls) == 1 and calls[0]["upstream"]["status"] == 200
     assert calls[0]["response"]["content"] == "Fixed it."
-    assert calls[0]["cost_usd"] is None  # no price known: unknown, never 0
+    usage = record.Usage(**calls[0]["usage"])
+    assert usage.total > 0 and calls[0]["priced"] is True
+    assert calls[0]["cost_usd"] == pytest.approx(record.cost_usd(usage, grants.Price(**PRICE)))
 
     # From inside the cell: the env names the gateway and the attempt's token, and neither
     # the key nor the grants are readable.

@@ -62,6 +62,27 @@ def test_chat_non_stream_is_forwarded_and_recorded(
     assert line["response"]["finish_reason"] == "stop"
 
 
+def test_an_unpriced_call_records_why_its_cost_is_unknown(
+    home: Path, scripted_model: Callable[[str], RunningModel]
+) -> None:
+    """A null cost_usd is labeled (``unpriced``): the grant's reason, else the generic one;
+    a priced call carries no label (issue 31)."""
+    model = scripted_model(SCRIPT)
+    gw = start_gateway(home)
+    why = "the command arm names no model (its `model` key), so no price applies"
+    token = grant_for(home, model.base_url, prices={"other": grants.Price()}, unpriced_reason=why)
+    assert chat(gw.port, token, [{"role": "user", "content": "hello"}])[0] == 200
+    token2 = grant_for(home, model.base_url, attempt=2, prices={"other": grants.Price()})
+    assert chat(gw.port, token2, [{"role": "user", "content": "hello"}])[0] == 200
+    token3 = grant_for(home, model.base_url, attempt=3)
+    assert chat(gw.port, token3, [{"role": "user", "content": "hello"}])[0] == 200
+    [first], [second], [third] = (journal(home, attempt=n) for n in (1, 2, 3))
+    assert (first["cost_usd"], first["priced"], first["unpriced"]) == (None, False, why)
+    assert second["cost_usd"] is None
+    assert second["unpriced"] == "no price for model 'm' in the price table"
+    assert third["priced"] and third["cost_usd"] is not None and "unpriced" not in third
+
+
 def test_stream_relayed_and_only_new_messages_recorded(
     home: Path, scripted_model: Callable[[str], RunningModel]
 ) -> None:
