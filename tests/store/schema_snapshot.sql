@@ -87,6 +87,17 @@ seq INTEGER NOT NULL,
 hash BLOB NOT NULL
 );
 
+-- table report_facts
+CREATE TABLE report_facts (
+cell_id TEXT NOT NULL PRIMARY KEY,
+campaign TEXT NOT NULL,
+gateway INTEGER NOT NULL,
+facts BLOB NOT NULL
+);
+
+-- table report_facts_incomplete
+CREATE TABLE report_facts_incomplete (id INTEGER PRIMARY KEY CHECK (id = 1));
+
 -- table schema_migrations
 CREATE TABLE schema_migrations (
 name TEXT PRIMARY KEY,
@@ -125,6 +136,9 @@ CREATE INDEX cells_by_state ON cells (state);
 -- index cells_runnable
 CREATE INDEX cells_runnable ON cells (submitted_at_ms, cell_id)
 WHERE state NOT IN ('failed', 'recovered') AND paused = 0;
+
+-- index report_facts_campaign
+CREATE INDEX report_facts_campaign ON report_facts (campaign);
 
 -- index spend_attempts_open
 CREATE INDEX spend_attempts_open ON spend_attempts (cell_id, attempt)
