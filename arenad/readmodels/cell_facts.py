@@ -26,7 +26,7 @@ __all__ = ["CellFacts", "RunFacts", "cell_facts"]
 _spec_encoder = msgspec.json.Encoder(order="deterministic")
 
 
-class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One attempt that started an agent run."""
 
     attempt: int
@@ -45,7 +45,7 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     mismatch: tuple[str, ...] = ()
 
 
-class CellFacts(msgspec.Struct, frozen=True, kw_only=True):
+class CellFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     cell_id: str
     campaign: str
     instance_id: str

@@ -102,21 +102,21 @@ async def campaigns(db: aiosqlite.Connection) -> list[str]:
 
 
 async def read(
-    db: aiosqlite.Connection, chosen: Sequence[str]
+    db: aiosqlite.Connection, chosen: Sequence[str] = ()
 ) -> tuple[list[CellFacts], list[str]]:
-    """The facts of ``chosen`` campaigns' cells, by cell id, and the cell streams of those
-    the caller must fold from the log instead (through the gateway)."""
-    marks = ",".join("?" * len(chosen))
+    """The facts of ``chosen`` campaigns' cells (every campaign's when none is), in no
+    order (the report sorts), and the cell streams of those the caller must fold from the
+    log instead (through the gateway), by name."""
+    where, args = "", list(chosen)
+    if chosen:
+        where = f" AND campaign IN ({','.join('?' * len(chosen))})"
     rows = await db.execute_fetchall(
-        f"SELECT cell_id, gateway, facts FROM report_facts WHERE campaign IN ({marks})"
-        " ORDER BY cell_id",
-        list(chosen),
+        f"SELECT facts FROM report_facts WHERE gateway = 0{where}", args
     )
-    facts: list[CellFacts] = []
-    refold: list[str] = []
-    for cell_id, gateway, blob in rows:
-        if gateway:
-            refold.append(CELL + str(cell_id))
-        else:
-            facts.append(_decoder.decode(blob))
-    return facts, refold
+    decode = _decoder.decode
+    facts = [decode(blob) for (blob,) in rows]
+    del rows
+    refold = await db.execute_fetchall(
+        f"SELECT cell_id FROM report_facts WHERE gateway = 1{where} ORDER BY 1", args
+    )
+    return facts, [CELL + str(cell_id) for (cell_id,) in refold]

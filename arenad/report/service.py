@@ -88,8 +88,8 @@ async def _from_model(
     for name in chosen:
         if name not in known:
             raise UserError(f"no such campaign: {name} (see `arenad status`)")
-    chosen = chosen or known
     facts, refold = await report_facts.read(store.connection, chosen)
+    chosen = chosen or known
     return chosen, facts + await _fold(store, refold, None)
 
 
