@@ -9,14 +9,13 @@
 -- the model gateway: its facts also need its ingest streams (the gateway's records of the
 -- calls), which this projector does not follow, so the report folds such a cell from the
 -- log (facts here are without the gateway's figures).
+-- One b-tree keyed by cell id (a campaign's cells are the key range after "<campaign>:"),
+-- so an append writes one row, not a row and two index entries.
 CREATE TABLE report_facts (
-    cell_id  TEXT    NOT NULL PRIMARY KEY,
-    campaign TEXT    NOT NULL,
-    gateway  INTEGER NOT NULL,
-    facts    BLOB    NOT NULL
-);
-
-CREATE INDEX report_facts_campaign ON report_facts (campaign);
+    cell_id TEXT    NOT NULL PRIMARY KEY,
+    gateway INTEGER NOT NULL,
+    facts   BLOB    NOT NULL
+) WITHOUT ROWID;
 
 -- A row here: the table above does not hold the log's whole past (a home whose log
 -- predates it); the report folds the log instead until `arenad rebuild` clears it.

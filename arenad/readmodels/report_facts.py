@@ -21,18 +21,15 @@ from arenad.readmodels.cell_facts import CellFacts, cell_facts
 from arenad.store.rows import decode_rows
 from events import cell as ev
 from events.base import Recorded
-from events.specs import campaign_of
 from events.streams import CELL, cell_of, is_cell_stream
 
-__all__ = ["ReportFactsProjector", "is_complete", "read"]
+__all__ = ["ReportFactsProjector", "is_complete", "missing", "read"]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(CellFacts)
 _CHUNK = 500
 _ROW = "seq, stream, version, tag, schema_version, recorded_at_ms, payload"
-_UPSERT = (
-    "INSERT OR REPLACE INTO report_facts (cell_id, campaign, gateway, facts) VALUES (?, ?, ?, ?)"
-)
+_UPSERT = "INSERT OR REPLACE INTO report_facts (cell_id, gateway, facts) VALUES (?, ?, ?)"
 
 
 def _through_gateway(records: Sequence[Recorded], facts: CellFacts) -> bool:
@@ -77,14 +74,7 @@ class ReportFactsProjector:
             if facts is None:
                 continue
             cell_id = cell_of(stream)
-            out.append(
-                (
-                    cell_id,
-                    campaign_of(cell_id),
-                    int(_through_gateway(whole, facts)),
-                    _encoder.encode(facts),
-                )
-            )
+            out.append((cell_id, int(_through_gateway(whole, facts)), _encoder.encode(facts)))
         await db.executemany(_UPSERT, out)
 
 
@@ -95,28 +85,46 @@ async def is_complete(db: aiosqlite.Connection) -> bool:
     return not rows
 
 
-async def campaigns(db: aiosqlite.Connection) -> list[str]:
-    """Every campaign with a cell, by name."""
-    rows = await db.execute_fetchall("SELECT DISTINCT campaign FROM report_facts ORDER BY 1")
-    return [str(c) for (c,) in rows]
+def _range(campaign: str) -> tuple[str, str]:
+    """The key range of a campaign's cells: ids after "<campaign>:" and before
+    "<campaign>;" (":" never occurs in a campaign's name, ";" is the next character)."""
+    return f"{campaign}:", f"{campaign};"
+
+
+_IN_RANGE = " AND cell_id > ? AND cell_id < ?"
+
+
+async def missing(db: aiosqlite.Connection, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that have no cell."""
+    out = []
+    for name in names:
+        rows = await db.execute_fetchall(
+            f"SELECT 1 FROM report_facts WHERE 1{_IN_RANGE} LIMIT 1", _range(name)
+        )
+        if not rows:
+            out.append(name)
+    return out
 
 
 async def read(
     db: aiosqlite.Connection, chosen: Sequence[str] = ()
 ) -> tuple[list[CellFacts], list[str]]:
-    """The facts of ``chosen`` campaigns' cells (every campaign's when none is), in no
-    order (the report sorts), and the cell streams of those the caller must fold from the
-    log instead (through the gateway), by name."""
-    where, args = "", list(chosen)
-    if chosen:
-        where = f" AND campaign IN ({','.join('?' * len(chosen))})"
-    rows = await db.execute_fetchall(
-        f"SELECT facts FROM report_facts WHERE gateway = 0{where}", args
-    )
+    """The facts of ``chosen`` campaigns' cells (every campaign's when none is), by cell
+    id, and the cell streams of those the caller must fold from the log instead (through
+    the gateway), by name."""
+    ranges: list[tuple[str, str] | None] = [_range(name) for name in chosen] or [None]
+    facts: list[CellFacts] = []
+    refold: list[str] = []
     decode = _decoder.decode
-    facts = [decode(blob) for (blob,) in rows]
-    del rows
-    refold = await db.execute_fetchall(
-        f"SELECT cell_id FROM report_facts WHERE gateway = 1{where} ORDER BY 1", args
-    )
-    return facts, [CELL + str(cell_id) for (cell_id,) in refold]
+    for bounds in ranges:
+        where, args = ("", ()) if bounds is None else (_IN_RANGE, bounds)
+        rows = await db.execute_fetchall(
+            f"SELECT facts FROM report_facts WHERE gateway = 0{where}", args
+        )
+        facts += [decode(blob) for (blob,) in rows]
+        del rows
+        ids = await db.execute_fetchall(
+            f"SELECT cell_id FROM report_facts WHERE gateway = 1{where}", args
+        )
+        refold += [CELL + str(cell_id) for (cell_id,) in ids]
+    return facts, refold

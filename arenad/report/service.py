@@ -83,13 +83,13 @@ async def _from_model(
     """The chosen campaigns and their cells' facts, from the report-facts read model (the
     cells whose runs went through the gateway folded from the log, as :func:`_fold`
     folds them)."""
-    known = await report_facts.campaigns(store.connection)
     chosen = sorted(set(campaigns))
-    for name in chosen:
-        if name not in known:
-            raise UserError(f"no such campaign: {name} (see `arenad status`)")
+    for name in await report_facts.missing(store.connection, chosen):
+        raise UserError(f"no such campaign: {name} (see `arenad status`)")
     facts, refold = await report_facts.read(store.connection, chosen)
-    chosen = chosen or known
+    if not chosen:
+        ids = [f.cell_id for f in facts] + [cell_of(s) for s in refold]
+        chosen = sorted({campaign_of(i) for i in ids})
     return chosen, facts + await _fold(store, refold, None)
 
 

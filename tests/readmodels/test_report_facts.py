@@ -121,7 +121,7 @@ async def _agree(home: Home, complete: bool = True) -> None:
         assert await report_facts.is_complete(store.connection) is complete
         if await store.last_seq() == 0:
             return
-        names = await report_facts.campaigns(store.connection)
+        names = sorted({f.campaign for f in (await report_facts.read(store.connection))[0]})
         for campaigns, pool in (([], False), ([], True), (names[:1], False)):
             model = await report_store(store, campaigns, pool=pool)
             assert _bytes(model) == _bytes(await _folded(store, campaigns, pool))

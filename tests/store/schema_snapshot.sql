@@ -90,10 +90,9 @@ hash BLOB NOT NULL
 -- table report_facts
 CREATE TABLE report_facts (
 cell_id TEXT NOT NULL PRIMARY KEY,
-campaign TEXT NOT NULL,
 gateway INTEGER NOT NULL,
 facts BLOB NOT NULL
-);
+) WITHOUT ROWID;
 
 -- table report_facts_incomplete
 CREATE TABLE report_facts_incomplete (id INTEGER PRIMARY KEY CHECK (id = 1));
@@ -136,9 +135,6 @@ CREATE INDEX cells_by_state ON cells (state);
 -- index cells_runnable
 CREATE INDEX cells_runnable ON cells (submitted_at_ms, cell_id)
 WHERE state NOT IN ('failed', 'recovered') AND paused = 0;
-
--- index report_facts_campaign
-CREATE INDEX report_facts_campaign ON report_facts (campaign);
 
 -- index spend_attempts_open
 CREATE INDEX spend_attempts_open ON spend_attempts (cell_id, attempt)
