@@ -24,6 +24,7 @@ import msgspec
 from arenad.clock import Clock, system_clock
 from arenad.errors import UserError
 from arenad.readmodels.cells import CellsProjector
+from arenad.readmodels.report_facts import ReportFactsProjector
 from arenad.readmodels.spend import SpendProjector
 from arenad.store.faults import FaultPlan
 from arenad.store.sqlite import SqliteEventStore, Synchronous
@@ -113,7 +114,7 @@ async def open_store(
     store = await SqliteEventStore.open(
         home.db_path,
         clock=clock,
-        projectors=[CellsProjector(), SpendProjector()],
+        projectors=[CellsProjector(), SpendProjector(), ReportFactsProjector()],
         synchronous=synchronous,
         faults=faults,
         busy_timeout_ms=int(lock_wait_s * 1000),

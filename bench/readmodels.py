@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.readmodels [--cells 100000] [--repeat 2]
 
-A home is built through the real SqliteEventStore (batched appends; the cells read model
-and its tallies kept in the same transactions, as a daemon's appends keep them): one
+A home is built through the real SqliteEventStore (batched appends; the home's read models
+-- cells and tallies, spend, report facts -- kept in the same transactions, as a daemon's
+appends keep them): one
 campaign, ``--cells`` cells over two arms, a share of them run to each outcome — 20 %
 never started, 2 % running, 40 % resolved, 24 % unresolved, 6 % timed out (not scored),
 4 % failed at verify (infrastructure), 4 % judged against their verify command.
@@ -20,7 +21,7 @@ the same run:
 - the CLI's floor: ``campaigns --help``, a command's imports and argument parsing (typer
   builds its parameters' pydantic adapters) with no work done;
 - ``status --summary``, ``campaigns`` (the tallies and the spend read model), ``report
-  --json``: each against its goal (< 1 s).
+  --json`` (the report-facts read model): each against its goal (< 1 s).
 """
 
 from __future__ import annotations

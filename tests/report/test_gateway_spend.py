@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from arenad.readmodels.cells import CellsProjector
+from arenad.readmodels.report_facts import ReportFactsProjector
 from arenad.report.render import html_page, terminal
 from arenad.report.service import report_store
 from arenad.store.base import AppendRequest
@@ -43,7 +45,10 @@ def _call(n: int, usd: float) -> LineIngested:
 
 
 async def _report(db: Path) -> Any:
-    store = await SqliteEventStore.open(db, clock=_clock())
+    # The home's read models: the gateway's cells are folded from the log beside the
+    # others' facts read from the report-facts table.
+    projectors = [CellsProjector(), ReportFactsProjector()]
+    store = await SqliteEventStore.open(db, clock=_clock(), projectors=projectors)
     try:
         cells: list[tuple[str, float, list[LineIngested]]] = [
             # agrees with its gateway records, disagrees, and a cell not through the gateway.
@@ -61,7 +66,11 @@ async def _report(db: Path) -> Any:
             if calls:
                 reqs.append(AppendRequest(f"ingest/{spec.cell_id}/1", 0, list(calls)))
             await store.append_many(reqs)
-        return await report_store(store)
+        report = await report_store(store)
+        # The same as the fold over the whole log.
+        folded = await report_store(store, as_of=await store.last_seq())
+        assert report == msgspec.structs.replace(folded, as_of_seq=None)
+        return report
     finally:
         await store.close()
 

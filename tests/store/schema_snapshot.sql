@@ -87,6 +87,16 @@ seq INTEGER NOT NULL,
 hash BLOB NOT NULL
 );
 
+-- table report_facts
+CREATE TABLE report_facts (
+cell_id TEXT NOT NULL PRIMARY KEY,
+gateway INTEGER NOT NULL,
+facts BLOB NOT NULL
+) WITHOUT ROWID;
+
+-- table report_facts_incomplete
+CREATE TABLE report_facts_incomplete (id INTEGER PRIMARY KEY CHECK (id = 1));
+
 -- table schema_migrations
 CREATE TABLE schema_migrations (
 name TEXT PRIMARY KEY,

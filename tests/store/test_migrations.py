@@ -184,6 +184,7 @@ def test_migrate_list_shows_applied_and_pending_and_writes_nothing(tmp_path: Pat
         ["pending", "0004_chain_checkpoint.sql"],
         ["pending", "0006_tallies.sql"],
         ["pending", "0008_campaign_spend.sql"],
+        ["pending", "0009_report_facts.sql"],
     ]
     assert db_path.read_bytes() == before_bytes
     assert os.stat(db_path).st_mtime_ns == before_mtime
@@ -195,11 +196,12 @@ def test_migrate_list_shows_applied_and_pending_and_writes_nothing(tmp_path: Pat
     done = run_arenad(home, "migrate")
     assert done.returncode == 0, done.stderr
     assert (
-        "5 migration(s) applied: 0002_cells.sql, 0003_runnable_index.sql,"
-        " 0004_chain_checkpoint.sql, 0006_tallies.sql, 0008_campaign_spend.sql" in done.stdout
+        "6 migration(s) applied: 0002_cells.sql, 0003_runnable_index.sql,"
+        " 0004_chain_checkpoint.sql, 0006_tallies.sql, 0008_campaign_spend.sql,"
+        " 0009_report_facts.sql" in done.stdout
     )
     done = run_arenad(home, "migrate", "--list")
-    assert [line.split()[0] for line in done.stdout.splitlines()] == ["applied"] * 6
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["applied"] * 7
 
 
 def test_migrate_list_on_a_missing_store_is_a_user_error(tmp_path: Path) -> None:
