@@ -173,6 +173,9 @@ class SpendFold:
         self._arm_max: dict[tuple[str, str], int] = {}
         # Arms with an ended attempt of unknown cost: nothing to reserve by.
         self._arm_unknown: set[tuple[str, str]] = set()
+        # Campaign -> its [budget] expected_usd_per_attempt (units): every arm's expected
+        # cost until an attempt of it ended with a known one (the latest submission's).
+        self._prior: dict[str, int] = {}
 
     # -- reading ---------------------------------------------------------------------
 
@@ -195,10 +198,15 @@ class SpendFold:
 
     # -- reservations ----------------------------------------------------------------
 
+    def _expected(self, campaign: str, arm: str) -> int | None:
+        n = self._arm_max.get((campaign, arm))
+        return n if n is not None else self._prior.get(campaign)
+
     def expected_usd(self, campaign: str, arm: str) -> float | None:
         """What an attempt of ``arm`` is expected to cost: the largest known cost of its
-        recovered attempts (None: none is known yet)."""
-        n = self._arm_max.get((campaign, arm))
+        ended attempts, else the campaign's prior (``[budget] expected_usd_per_attempt``)
+        (None: neither is known yet)."""
+        n = self._expected(campaign, arm)
         return None if n is None else usd(n)
 
     def reserved_usd(self, campaign: str) -> float:
@@ -208,7 +216,7 @@ class SpendFold:
         for a in self._attempts.values():
             if a.campaign != campaign or not a.started or a.ended:
                 continue
-            expected = self._arm_max.get((campaign, a.arm))
+            expected = self._expected(campaign, a.arm)
             if expected is not None:
                 spent, how, _ = self._share(a)
                 total += max(0, expected - (spent if how == "live" else 0))
@@ -216,10 +224,19 @@ class SpendFold:
 
     def may_start(self, campaign: str, arm: str, cap_usd: float, running: int) -> bool:
         """Whether a new attempt of ``arm`` fits under ``cap_usd``: its spend, what the
-        ``running`` attempts reserve and its own expectation. While the arm's cost is not
-        known yet, one attempt of the campaign at a time (the first finds it out). So the
-        cap is overshot by at most one attempt's cost beyond the largest seen. An arm whose
-        attempts' cost is unknown reserves nothing (its spend never counts against a cap)."""
+        ``running`` attempts reserve and its own expectation. With none running, it starts
+        while the spend is under the cap (so a campaign always reaches its cap or ends).
+        While the arm's expectation is not known yet (no prior, no ended attempt), one
+        attempt of the campaign at a time (the first finds it out). An arm whose attempts'
+        cost is unknown, and that has no prior, reserves nothing (its spend never counts
+        against a cap).
+
+        The overshoot this leaves (README, "Budget reservations"): every start with others
+        running keeps spent + reserved <= cap, and a lone start has spent < cap; an
+        attempt's cost is at most its reservation plus its overrun (what it spends beyond
+        its expectation). So the final spend is at most the cap plus the overruns of the
+        attempts running after the last start, plus, when that start was a lone one, that
+        attempt's expectation."""
         spent = self.campaign(campaign).spent_usd
         if running == 0:
             return spent < cap_usd
@@ -242,6 +259,10 @@ class SpendFold:
             if stream.startswith(CAMPAIGN):
                 for arm, kind in event.arm_kinds.items():
                     self._arm_kinds[(event.name, arm)] = kind
+                if event.expected_usd_per_attempt is not None:
+                    prior = _number(event.expected_usd_per_attempt, MAX_ATTEMPT_USD)
+                    if prior is not None and prior > 0:
+                        self._prior[event.name] = units(prior)
             return None
         key = attempt_key(stream, event)
         if key is None:
