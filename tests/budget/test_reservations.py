@@ -150,3 +150,15 @@ def test_a_prior_starts_cells_together_and_holds_the_bound(parallel: int) -> Non
     low = _run(costs, cap, parallel, reserve=True, prior=0.1)
     overrun = max(costs) - 0.1
     assert low <= cap + parallel * overrun + max(costs) + 1e-9
+
+
+def test_cells_not_seen_to_start_yet_reserve_too() -> None:
+    """The daemon counts a cell as running from when it takes it (materializing), before
+    its RunStarted reaches the fold: one scheduling pass must not fill every free slot."""
+    fold = _fold(prior=0.3)
+    assert fold.may_start("c", "A", 0.9, 2)  # two being set up reserve 0.6
+    assert not fold.may_start("c", "A", 0.89, 2)
+    fold.apply("cell/c:i0:A:0", _started())  # one of them seen: still two reserve
+    assert not fold.may_start("c", "A", 0.89, 2)
+    # Without a prior and no cost known, a second cell waits for the first to end.
+    assert not _fold().may_start("c", "A", 100.0, 1)
