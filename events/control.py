@@ -36,6 +36,9 @@ class CampaignSubmitted(Event, tag="campaign.submitted", frozen=True, kw_only=Tr
     # The circuit breaker: this many consecutive infrastructure failures with the same
     # cause pause the campaign (0: never); None: the default (recorded before it was kept).
     breaker_after: int | None = None
+    # [budget] expected_usd_per_attempt: what an attempt of each arm is expected to cost
+    # until one of it ended with a known cost (the budget reservations' prior); None: none.
+    expected_usd_per_attempt: float | None = None
 
 
 class BreakerTripped(Event, tag="campaign.breaker-tripped", frozen=True, kw_only=True):

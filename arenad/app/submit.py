@@ -262,4 +262,7 @@ def _record(campaign: Campaign, cell_ids: list[str]) -> CampaignSubmitted:
         selection=campaign.selection,
         arm_kinds=campaign.arm_kinds,
         breaker_after=campaign.breaker_after,
+        expected_usd_per_attempt=(
+            campaign.budget.expected_usd_per_attempt if campaign.budget is not None else None
+        ),
     )

@@ -173,6 +173,9 @@ class SpendFold:
         self._arm_max: dict[tuple[str, str], int] = {}
         # Arms with an ended attempt of unknown cost: nothing to reserve by.
         self._arm_unknown: set[tuple[str, str]] = set()
+        # Campaign -> its [budget] expected_usd_per_attempt (units): every arm's expected
+        # cost until an attempt of it ended with a known one (the latest submission's).
+        self._prior: dict[str, int] = {}
 
     # -- reading ---------------------------------------------------------------------
 
@@ -195,39 +198,81 @@ class SpendFold:
 
     # -- reservations ----------------------------------------------------------------
 
+    def _expected(self, campaign: str, arm: str) -> int | None:
+        n = self._arm_max.get((campaign, arm))
+        return n if n is not None else self._prior.get(campaign)
+
     def expected_usd(self, campaign: str, arm: str) -> float | None:
         """What an attempt of ``arm`` is expected to cost: the largest known cost of its
-        recovered attempts (None: none is known yet)."""
-        n = self._arm_max.get((campaign, arm))
+        ended attempts, else the campaign's prior (``[budget] expected_usd_per_attempt``)
+        (None: neither is known yet)."""
+        n = self._expected(campaign, arm)
         return None if n is None else usd(n)
 
     def reserved_usd(self, campaign: str) -> float:
         """What the campaign's running attempts may still spend: each reserves its arm's
         expected cost less what it has spent so far (0 when its arm's is unknown)."""
+        return usd(self._reserved(campaign))
+
+    def _reserved(self, campaign: str) -> int:
         total = 0
         for a in self._attempts.values():
             if a.campaign != campaign or not a.started or a.ended:
                 continue
-            expected = self._arm_max.get((campaign, a.arm))
+            expected = self._expected(campaign, a.arm)
             if expected is not None:
                 spent, how, _ = self._share(a)
                 total += max(0, expected - (spent if how == "live" else 0))
-        return usd(total)
+        return total
+
+    def _widest(self, campaign: str, floor: int) -> int | None:
+        """The largest expectation of the campaign's arms (at least ``floor``); None when
+        an arm's is not known yet (an arm whose cost can never be known counts 0)."""
+        widest = floor
+        for c, arm in self._arm_kinds:
+            if c != campaign:
+                continue
+            expected = self._expected(campaign, arm)
+            if expected is None and (campaign, arm) not in self._arm_unknown:
+                return None
+            widest = max(widest, expected or 0)
+        return widest
 
     def may_start(self, campaign: str, arm: str, cap_usd: float, running: int) -> bool:
         """Whether a new attempt of ``arm`` fits under ``cap_usd``: its spend, what the
-        ``running`` attempts reserve and its own expectation. While the arm's cost is not
-        known yet, one attempt of the campaign at a time (the first finds it out). So the
-        cap is overshot by at most one attempt's cost beyond the largest seen. An arm whose
-        attempts' cost is unknown reserves nothing (its spend never counts against a cap)."""
-        spent = self.campaign(campaign).spent_usd
+        ``running`` attempts reserve and its own expectation. With none running, it starts
+        while the spend is under the cap (so a campaign always reaches its cap or ends).
+        While the arm's expectation is not known yet (no prior, no ended attempt), one
+        attempt of the campaign at a time (the first finds it out). An arm whose attempts'
+        cost is unknown, and that has no prior, reserves nothing (its spend never counts
+        against a cap).
+
+        ``running`` is what the caller drives (the daemon's cells of the campaign), some
+        maybe not seen to start here yet (materializing: no RunStarted folded): each of
+        those reserves the largest expectation of the campaign's arms, else one scheduling
+        pass would fill every free slot on reservations of 0.
+
+        The overshoot this leaves (docs/operations.md, "Budget reservations"): every start
+        with others running keeps spent + reserved <= cap, and a lone start has spent <
+        cap; an attempt's cost is at most its reservation plus its overrun (what it spends
+        beyond its expectation). So the final spend is at most the cap plus the overruns of
+        the attempts running after the last start, plus, when that start was a lone one,
+        that attempt's expectation."""
+        totals = self._totals.get(campaign) or _Totals()
         if running == 0:
-            return spent < cap_usd
-        expected = self.expected_usd(campaign, arm)
+            return totals.known < units(cap_usd)
+        expected = self._expected(campaign, arm)
         if expected is None:
             # Not known yet: wait for the one running to say, unless its cost never can.
-            return (campaign, arm) in self._arm_unknown and spent < cap_usd
-        return spent + self.reserved_usd(campaign) + expected <= cap_usd
+            return (campaign, arm) in self._arm_unknown and totals.known < units(cap_usd)
+        unseen = running - totals.running
+        pending = 0
+        if unseen > 0:
+            widest = self._widest(campaign, expected)
+            if widest is None:
+                return False
+            pending = unseen * widest
+        return totals.known + self._reserved(campaign) + pending + expected <= units(cap_usd)
 
     def unrecovered(self) -> list[tuple[str, int]]:
         """(cell id, attempt) of attempts that started and were not recovered: their cost is
@@ -242,6 +287,10 @@ class SpendFold:
             if stream.startswith(CAMPAIGN):
                 for arm, kind in event.arm_kinds.items():
                     self._arm_kinds[(event.name, arm)] = kind
+                if event.expected_usd_per_attempt is not None:
+                    prior = _number(event.expected_usd_per_attempt, MAX_ATTEMPT_USD)
+                    if prior is not None and prior > 0:
+                        self._prior[event.name] = units(prior)
             return None
         key = attempt_key(stream, event)
         if key is None:

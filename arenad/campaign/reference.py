@@ -83,6 +83,11 @@ KEYS: dict[str, str] = {
     "BudgetFile.max_usd": "The daemon starts no cell of the campaign once its spend reaches "
     "this (USD); `arenad set-budget` changes it.",
     "BudgetFile.abort_running": "Reaching the cap also aborts the cells running then.",
+    "BudgetFile.expected_usd_per_attempt": "What an attempt is expected to cost (USD, finite, "
+    "> 0) until one of its arm ended with a known cost: each running cell reserves it, so a "
+    "fresh campaign starts several cells at once without overshooting the cap by more than "
+    'their overruns (docs/operations.md, "Budget reservations"). Unset: one cell at a time '
+    "until then.",
     # -- [materializer]
     "MaterializerFile.kind": "`image`: the instance's docker image (the default when a row "
     "names one); `git`: a clone of `source` at the row's `base_commit` (an explicit "
@@ -504,7 +509,11 @@ def _limits() -> str:
         ),
         ("`kill_grace_s`", f"finite, >= 0, <= {grace_days:g} day", ""),
         ("`reps`, `max_parallel`, `limit`, `max_output_bytes`, `max_cells`", ">= 1", ""),
-        ("`[budget] max_usd`, `set-budget`, `--max-usd`", "finite, > 0", ""),
+        (
+            "`[budget] max_usd`, `expected_usd_per_attempt`, `set-budget`, `--max-usd`",
+            "finite, > 0",
+            "",
+        ),
         ("`instance_filter`", "a Python regex (`re.search` on the id)", ""),
         ("`excludes`", "at least one pattern", "`[]` would put the tests in the patch"),
         (

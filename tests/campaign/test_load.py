@@ -340,6 +340,18 @@ def test_argv_braces_escape_as_in_str_format(tmp_path: Path) -> None:
         # The budget and the selection keys.
         (("reps = 2", "reps = 2\n[budget]\nmax_usd = -1"), "[budget] max_usd = -1.0 must be"),
         (("reps = 2", "reps = 2\n[budget]\nmax_usd = nan"), "[budget] max_usd = nan must be"),
+        (
+            ("reps = 2", "reps = 2\n[budget]\nmax_usd = 1\nexpected_usd_per_attempt = 0"),
+            "[budget] expected_usd_per_attempt = 0.0 must be a finite number > 0",
+        ),
+        (
+            ("reps = 2", "reps = 2\n[budget]\nmax_usd = 1\nexpected_usd_per_attempt = inf"),
+            "[budget] expected_usd_per_attempt = inf must be",
+        ),
+        (
+            ("reps = 2", "reps = 2\n[budget]\nmax_usd = 1\nexpected_usd_per_attempt = nan"),
+            "[budget] expected_usd_per_attempt = nan must be",
+        ),
         (("reps = 2", 'reps = 2\ninstance_filter = "("'), "instance_filter '(' is not a regex"),
         (("reps = 2", 'reps = 2\ninstance_filter = "^nope"'), "the selection keeps no instance"),
         (("reps = 2", 'reps = 2\ninstance_ids = ["x", "y"]'), "names 2 instance(s) not in"),
