@@ -143,8 +143,8 @@ KEYS: dict[str, str] = {
     "workspace, recorded as self-reported (see docs/grading.md).",
     # -- [gateway]
     "CampaignFile.gateway": "The model gateway; see [`[gateway]`](#gateway).",
-    "GatewayFile.kind": "`gateway`: a solo or model-using command cell's model calls go "
-    "through the daemon's model "
+    "GatewayFile.kind": "`gateway`: a solo, supervisor or model-using command cell's model "
+    "calls go through the daemon's model "
     "gateway (recorded once, the provider key kept out of the cell, caps enforced per call); "
     "`none`: the agent reaches its provider itself (see docs/gateway.md).",
     "GatewayFile.max_usd": "Per-attempt spend cap enforced at the gateway before each call "
